@@ -1,0 +1,42 @@
+# Willow. `make run` brings up the one-box cluster; `make test` runs every test.
+SHELL := /bin/bash
+GOBIN := $(shell go env GOPATH)/bin
+export PATH := $(GOBIN):$(PATH)
+RUN_DIR ?= ./run
+
+.PHONY: setup build run test test-short bench bench-compress proto vet fmt fuzz
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	go build -o bin/ ./cmd/...
+
+run: build
+	./bin/willow up --dir $(RUN_DIR)
+
+vet:
+	go vet ./...
+
+test: setup vet
+	go test -count=1 -timeout 40m ./...
+
+test-short:
+	go test -short -count=1 ./...
+
+bench: setup
+	go test -run '^$$' -bench . -benchtime 1x ./... 
+
+bench-compress: setup
+	go test -run '^$$' -bench . -benchtime 1x ./compress/...
+
+# Regenerates proto/willow/v1/*.pb.go with the generators pinned in
+# scripts/setup.sh (protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.5.1).
+proto: setup
+	cd proto && protoc -I . \
+	  --go_out=. --go_opt=paths=source_relative \
+	  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+	  willow/v1/*.proto
+
+fmt:
+	gofmt -l -w .

@@ -1,0 +1,105 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+
+	willowv1 "willow/proto/willow/v1"
+)
+
+// runMaster keeps the node registered, heartbeating and watching the flex
+// state until ctx is done. Failures are retried with backoff; the node keeps
+// its last knobs meanwhile.
+func (n *Node) runMaster(ctx context.Context) {
+	conn, err := Dial(n.cfg.MasterAddr, n.cfg.ClientTLS)
+	if err != nil {
+		n.log.Error("dial master", "err", err)
+		return
+	}
+	defer conn.Close()
+	mc := willowv1.NewMasterClient(conn)
+	done := make(chan struct{})
+	go func() { defer close(done); n.watchLoop(ctx, mc) }()
+	n.heartbeatLoop(ctx, mc)
+	<-done
+}
+
+func (n *Node) heartbeatLoop(ctx context.Context, mc willowv1.MasterClient) {
+	t := time.NewTicker(n.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		if n.activeDrill("silence") == nil {
+			n.beat(ctx, mc)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient) {
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.HeartbeatInterval)
+	defer cancel()
+	if !n.registered.Load() {
+		resp, err := mc.Register(cctx, &willowv1.RegisterRequest{Node: n.Info()})
+		if err != nil {
+			n.log.Debug("register", "err", err)
+			return
+		}
+		n.registered.Store(true)
+		n.ApplyFlex(resp.GetFlex())
+		n.log.Info("registered with master", "master", n.cfg.MasterAddr)
+		return
+	}
+	var ver int64
+	if st := n.Flex(); st != nil {
+		ver = st.GetVersion()
+	}
+	resp, err := mc.Heartbeat(cctx, &willowv1.HeartbeatRequest{Node: n.Info(), Load: n.load(), FlexVersion: ver})
+	if err != nil {
+		n.log.Debug("heartbeat", "err", err)
+		return
+	}
+	if resp.GetReregister() {
+		n.registered.Store(false)
+	}
+	n.setDrills(resp.GetDrills())
+}
+
+// watchLoop follows the master's Watch stream, reconnecting with backoff.
+func (n *Node) watchLoop(ctx context.Context, mc willowv1.MasterClient) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		stream, err := mc.Watch(ctx, &willowv1.WatchRequest{NodeId: n.cfg.ID, Region: n.cfg.Region, Group: n.cfg.Group}, grpc.WaitForReady(false))
+		if err == nil {
+			for {
+				ev, rerr := stream.Recv()
+				if rerr != nil {
+					err = rerr
+					break
+				}
+				backoff = 100 * time.Millisecond
+				n.ApplyFlex(ev.GetFlex())
+				if ev.Drills != nil {
+					n.setDrills(ev.GetDrills())
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Debug("watch", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+	}
+}

@@ -1,0 +1,339 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"willow/flex"
+	willowv1 "willow/proto/willow/v1"
+)
+
+// Defaults.
+const (
+	DefaultHeartbeatInterval = time.Second
+	DefaultShutdownGrace     = 10 * time.Second
+)
+
+// Config configures a node. Zero values mean the documented default.
+type Config struct {
+	// ID is the node's stable name ([a-z0-9-]); required.
+	ID string
+	// Role is upload, compress, edgecache, timeline or master; required.
+	Role string
+	// Region is the node's region; required except for the master.
+	Region string
+	// Zone is the OC or zone inside the region; default: the region.
+	Zone string
+	// Group is a named node group for staged flex rollouts; optional.
+	Group string
+	// GRPCAddr is the gRPC listen address; default 127.0.0.1:0.
+	GRPCAddr string
+	// AdminAddr is the admin HTTP listen address; default 127.0.0.1:0.
+	AdminAddr string
+	// HTTPAddr is a public HTTP address the node advertises (edge caches).
+	HTTPAddr string
+	// MasterAddr is the master's gRPC address; empty runs without a master.
+	MasterAddr string
+	// HeartbeatInterval; default DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// ShutdownGrace bounds graceful shutdown; default DefaultShutdownGrace.
+	ShutdownGrace time.Duration
+	// Capacity is the node's relative capacity weight; default 1.
+	Capacity int32
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Unary and Stream are extra server interceptors (shedding, ...), run
+	// inside metrics and logging and outside panic recovery.
+	Unary  []grpc.UnaryServerInterceptor
+	Stream []grpc.StreamServerInterceptor
+	// TLS, when set, serves gRPC over TLS.
+	TLS *tls.Config
+	// ClientTLS, when set, is used to dial the master.
+	ClientTLS *tls.Config
+	// Gauges, when set, is called every heartbeat for role-specific load
+	// figures (pool bytes, held items, ...).
+	Gauges func() map[string]float64
+	// QueueMs, when set, reports the mean queueing time over the last
+	// second (the shedding package provides it).
+	QueueMs func() float64
+	// Now; default time.Now.
+	Now func() time.Time
+}
+
+// Node is a running service process. Create with New, register services
+// on Server, then Run.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	grpc    *grpc.Server
+	health  *health.Server
+	lis     net.Listener
+	adminL  net.Listener
+	adminMx *http.ServeMux
+	metrics *grpcprom.ServerMetrics
+	stats   *stats
+
+	flex atomic.Pointer[willowv1.FlexState]
+
+	mu        sync.Mutex // guards callbacks and drills
+	callbacks []func(flex.Knobs)
+	drills    []*willowv1.Drill
+
+	flexVersion prometheus.Gauge
+	flexLevel   *prometheus.GaugeVec
+	registered  atomic.Bool
+	silenced    atomic.Bool
+}
+
+// New validates cfg, opens the listeners and builds the gRPC server.
+func New(cfg Config) (*Node, error) {
+	if cfg.ID == "" || cfg.Role == "" {
+		return nil, errors.New("node: ID and Role are required")
+	}
+	if cfg.Zone == "" {
+		cfg.Zone = cfg.Region
+	}
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = "127.0.0.1:0"
+	}
+	if cfg.AdminAddr == "" {
+		cfg.AdminAddr = "127.0.0.1:0"
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	n := &Node{
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.ID, "role", cfg.Role, "region", cfg.Region),
+		reg:     prometheus.NewRegistry(),
+		adminMx: http.NewServeMux(),
+		stats:   newStats(),
+	}
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	n.reg.MustRegister(n.metrics)
+	n.flexVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "willow_flex_version", Help: "Version of the flex state this node runs."})
+	n.flexLevel = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "willow_flex_level", Help: "1 for the flex level this node runs."}, []string{"level"})
+	n.reg.MustRegister(n.flexVersion, n.flexLevel)
+	n.flexLevel.WithLabelValues("normal").Set(1)
+
+	lis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("node: listen grpc %s: %w", cfg.GRPCAddr, err)
+	}
+	adminL, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("node: listen admin %s: %w", cfg.AdminAddr, err)
+	}
+	n.lis, n.adminL = lis, adminL
+
+	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		n.log.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(func(c codes.Code) logging.Level {
+			switch c {
+			case codes.OK, codes.NotFound, codes.Canceled, codes.AlreadyExists, codes.ResourceExhausted, codes.InvalidArgument:
+				return logging.LevelDebug
+			case codes.Internal, codes.Unknown, codes.DataLoss:
+				return logging.LevelError
+			}
+			return logging.LevelWarn
+		}),
+	}
+	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		n.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p))
+		return status.Errorf(codes.Internal, "internal error")
+	})
+	unary := []grpc.UnaryServerInterceptor{
+		n.metrics.UnaryServerInterceptor(),
+		logging.UnaryServerInterceptor(logger, logOpts...),
+		n.statsUnary,
+		n.drillUnary,
+	}
+	unary = append(unary, cfg.Unary...)
+	unary = append(unary, recovery.UnaryServerInterceptor(recoverOpt))
+	stream := []grpc.StreamServerInterceptor{
+		n.metrics.StreamServerInterceptor(),
+		logging.StreamServerInterceptor(logger, logOpts...),
+		n.statsStream,
+		n.drillStream,
+	}
+	stream = append(stream, cfg.Stream...)
+	stream = append(stream, recovery.StreamServerInterceptor(recoverOpt))
+
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+		grpc.MaxRecvMsgSize(4 << 20),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	n.grpc = grpc.NewServer(opts...)
+	n.health = health.NewServer()
+	healthpb.RegisterHealthServer(n.grpc, n.health)
+	reflection.Register(n.grpc)
+
+	n.adminMx.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
+	n.adminMx.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	return n, nil
+}
+
+// Server is the gRPC server to register services on before Run.
+func (n *Node) Server() *grpc.Server { return n.grpc }
+
+// Registry is the node's Prometheus registry.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// AdminMux is the admin HTTP mux; services may add handlers before Run.
+func (n *Node) AdminMux() *http.ServeMux { return n.adminMx }
+
+// Addr is the gRPC listen address.
+func (n *Node) Addr() string { return n.lis.Addr().String() }
+
+// AdminAddr is the admin HTTP listen address.
+func (n *Node) AdminAddr() string { return n.adminL.Addr().String() }
+
+// Logger is the node's logger.
+func (n *Node) Logger() *slog.Logger { return n.log }
+
+// Config returns the node's configuration with defaults applied.
+func (n *Node) Config() Config { return n.cfg }
+
+// Info describes the node as it registers with the master.
+func (n *Node) Info() *willowv1.NodeInfo {
+	return &willowv1.NodeInfo{
+		Id: n.cfg.ID, Role: n.cfg.Role, Region: n.cfg.Region, Zone: n.cfg.Zone,
+		Group: n.cfg.Group, Addr: n.Addr(), HttpAddr: n.cfg.HTTPAddr,
+		AdminAddr: n.AdminAddr(), Capacity: n.cfg.Capacity,
+	}
+}
+
+// SetHTTPAddr sets the public HTTP address advertised to the master (edge
+// caches learn theirs after New). Call before Run.
+func (n *Node) SetHTTPAddr(addr string) { n.cfg.HTTPAddr = addr }
+
+// Flex returns the flex state this node runs (nil before the first one).
+func (n *Node) Flex() *willowv1.FlexState { return n.flex.Load() }
+
+// Knobs returns the effective knobs for this node's region and group.
+func (n *Node) Knobs() flex.Knobs {
+	return flex.Effective(n.flex.Load(), n.cfg.Region, n.cfg.Group)
+}
+
+// OnKnobs registers f to run after every applied flex change. f must not
+// block for long.
+func (n *Node) OnKnobs(f func(flex.Knobs)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.callbacks = append(n.callbacks, f)
+}
+
+// ApplyFlex installs st if it is newer than the current state. The master
+// Watch stream calls it; tests and standalone nodes may too.
+func (n *Node) ApplyFlex(st *willowv1.FlexState) {
+	if st == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cur := n.flex.Load(); cur != nil && cur.GetVersion() >= st.GetVersion() && st.GetVersion() != 0 {
+		if cur.GetVersion() > st.GetVersion() || proto.Equal(cur, st) {
+			return
+		}
+	}
+	n.flex.Store(st)
+	k := flex.Effective(st, n.cfg.Region, n.cfg.Group)
+	n.flexVersion.Set(float64(st.GetVersion()))
+	n.flexLevel.Reset()
+	n.flexLevel.WithLabelValues(k.Level).Set(1)
+	n.log.Info("flex applied", "version", st.GetVersion(), "level", k.Level)
+	for _, f := range n.callbacks {
+		f(k)
+	}
+}
+
+// Run serves until ctx is done, then shuts down gracefully: health turns
+// NOT_SERVING, in-flight RPCs finish (bounded by ShutdownGrace), listeners
+// close. It returns nil after a clean shutdown.
+func (n *Node) Run(ctx context.Context) error {
+	n.metrics.InitializeMetrics(n.grpc)
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	admin := &http.Server{Handler: n.adminMx, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- n.grpc.Serve(n.lis) }()
+	go func() {
+		if err := admin.Serve(n.adminL); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if n.cfg.MasterAddr != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.runMaster(runCtx) }()
+	}
+	n.log.Info("node serving", "grpc", n.Addr(), "admin", n.AdminAddr())
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	wg.Wait()
+	n.health.Shutdown()
+	done := make(chan struct{})
+	go func() { n.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(n.cfg.ShutdownGrace):
+		n.grpc.Stop()
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), n.cfg.ShutdownGrace)
+	defer scancel()
+	_ = admin.Shutdown(sctx)
+	n.log.Info("node stopped")
+	return err
+}

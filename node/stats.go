@@ -1,0 +1,170 @@
+package node
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	willowv1 "willow/proto/willow/v1"
+)
+
+// stats counts requests for the load reported in heartbeats.
+type stats struct {
+	inFlight atomic.Int32
+	requests atomic.Int64 // since the last heartbeat
+	errors   atomic.Int64 // since the last heartbeat
+
+	mu      sync.Mutex // guards lastCPU and lastAt
+	lastCPU time.Duration
+	lastAt  time.Time
+}
+
+func newStats() *stats { return &stats{lastAt: time.Now(), lastCPU: cpuTime()} }
+
+// serverFault reports whether an RPC error counts against the node's
+// success rate: client mistakes (bad input, not found, auth) do not.
+func serverFault(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.Unauthenticated,
+		codes.PermissionDenied, codes.FailedPrecondition, codes.OutOfRange, codes.Canceled,
+		codes.ResourceExhausted:
+		return false
+	}
+	return true
+}
+
+func isHealthCheck(method string) bool {
+	return method == grpc_health_v1.Health_Check_FullMethodName || method == grpc_health_v1.Health_Watch_FullMethodName
+}
+
+func (n *Node) statsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if isHealthCheck(info.FullMethod) {
+		return h(ctx, req)
+	}
+	n.stats.inFlight.Add(1)
+	defer n.stats.inFlight.Add(-1)
+	resp, err := h(ctx, req)
+	n.stats.requests.Add(1)
+	if serverFault(err) {
+		n.stats.errors.Add(1)
+	}
+	return resp, err
+}
+
+func (n *Node) statsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if isHealthCheck(info.FullMethod) || info.FullMethod == willowv1.Master_Watch_FullMethodName {
+		return h(srv, ss)
+	}
+	n.stats.inFlight.Add(1)
+	defer n.stats.inFlight.Add(-1)
+	err := h(srv, ss)
+	n.stats.requests.Add(1)
+	if serverFault(err) {
+		n.stats.errors.Add(1)
+	}
+	return err
+}
+
+// load takes the figures for one heartbeat and resets the window.
+func (n *Node) load() *willowv1.Load {
+	req := n.stats.requests.Swap(0)
+	errs := n.stats.errors.Swap(0)
+	l := &willowv1.Load{InFlight: n.stats.inFlight.Load(), Requests: req, Errors: errs, SuccessRate: 1}
+	if req > 0 {
+		l.SuccessRate = float64(req-errs) / float64(req)
+	}
+	n.stats.mu.Lock()
+	now, cpu := time.Now(), cpuTime()
+	if el := now.Sub(n.stats.lastAt); el > 0 {
+		l.Cpu = float64(cpu-n.stats.lastCPU) / float64(el)
+	}
+	n.stats.lastAt, n.stats.lastCPU = now, cpu
+	n.stats.mu.Unlock()
+	if n.cfg.QueueMs != nil {
+		l.QueueMs = n.cfg.QueueMs()
+	}
+	if n.cfg.Gauges != nil {
+		l.Gauges = n.cfg.Gauges()
+	}
+	return l
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// setDrills installs the drills the master ordered for this node.
+func (n *Node) setDrills(ds []*willowv1.Drill) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.drills = ds
+}
+
+// activeDrills returns the unexpired drills of kind.
+func (n *Node) activeDrill(kind string) *willowv1.Drill {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.cfg.Now().UnixMilli()
+	for _, d := range n.drills {
+		if d.GetKind() == kind && (d.GetExpiresAtUnixMs() == 0 || d.GetExpiresAtUnixMs() > now) {
+			return d
+		}
+	}
+	return nil
+}
+
+// Drills returns the drills this node currently runs.
+func (n *Node) Drills() []*willowv1.Drill {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*willowv1.Drill(nil), n.drills...)
+}
+
+// drillFault applies latency and error drills to one request.
+func (n *Node) drillFault(ctx context.Context, method string) error {
+	if isHealthCheck(method) || n.cfg.Role == "master" {
+		return nil
+	}
+	if d := n.activeDrill("latency"); d != nil && d.GetLatencyMs() > 0 {
+		t := time.NewTimer(time.Duration(d.GetLatencyMs()) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	if d := n.activeDrill("errors"); d != nil && rand.Float64() < d.GetErrorRatio() {
+		return status.Error(codes.Unavailable, "drill: injected error")
+	}
+	return nil
+}
+
+func (n *Node) drillUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := n.drillFault(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (n *Node) drillStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := n.drillFault(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}

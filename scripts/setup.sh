@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# setup.sh installs everything Willow needs on a fresh Debian machine that
+# has Go: Debian packages through apt-get and Go tools through `go install`.
+# It is idempotent: a second run checks and returns quickly.
+set -euo pipefail
+
+GOBIN="$(go env GOPATH)/bin"
+export PATH="$GOBIN:$PATH"
+
+APT_PACKAGES=(
+  redis-server        # Redis for the master, timeline and tests
+  ffmpeg              # video transcode and SSIM measurements
+  libheif-examples    # heif-enc / heif-convert / heif-info
+  libheif-dev         # libheif headers (cgo decode of HEIC input)
+  libvips-tools       # vipsthumbnail, the compress benchmark baseline
+  nginx-light         # the edge-cache benchmark baseline
+  protobuf-compiler   # protoc for `make proto`
+  ca-certificates
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian starts services on install; Willow starts its own instances.
+  for svc in redis-server nginx; do
+    (service "$svc" stop >/dev/null 2>&1 || true)
+  done
+fi
+
+# Go tools, pinned.
+declare -A GO_TOOLS=(
+  [versitygw]="github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+  [protoc-gen-go]="google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
+  [protoc-gen-go-grpc]="google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1"
+  [grpcurl]="github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
+)
+for bin in "${!GO_TOOLS[@]}"; do
+  if [[ ! -x "$GOBIN/$bin" ]]; then
+    echo "setup: go install ${GO_TOOLS[$bin]}"
+    GOFLAGS= go install "${GO_TOOLS[$bin]}"
+  fi
+done
+echo "setup: ok"

@@ -1,0 +1,173 @@
+// Package fs is a store.Store on a local directory, for one box and tests.
+// Put writes to a temporary file, fsyncs it, renames it into place and
+// fsyncs the directory, so an acknowledged object survives a crash and a
+// reader never sees a partial one. The content type is kept in a sidecar
+// file written the same way.
+package fs
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"willow/store"
+)
+
+// Store is a directory-backed object store.
+type Store struct {
+	root string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New opens (creating if needed) a store rooted at dir.
+func New(dir string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "objects"), 0o755); err != nil {
+		return nil, fmt.Errorf("fs store: %w", err)
+	}
+	return &Store{root: dir}, nil
+}
+
+func (s *Store) path(key string) (string, error) {
+	if key == "" || strings.Contains(key, "..") || strings.HasPrefix(key, "/") || strings.ContainsAny(key, "\x00\\") {
+		return "", fmt.Errorf("fs store: bad key %q", key)
+	}
+	return filepath.Join(s.root, "objects", filepath.FromSlash(key)), nil
+}
+
+// Put implements store.Store.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error {
+	p, err := s.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("fs store: put %s: %w", key, err)
+	}
+	h := md5.New()
+	n, err := writeAtomic(ctx, p, io.TeeReader(r, h))
+	if err != nil {
+		return fmt.Errorf("fs store: put %s: %w", key, err)
+	}
+	if size >= 0 && n != size {
+		_ = os.Remove(p)
+		return fmt.Errorf("fs store: put %s: got %d bytes, want %d", key, n, size)
+	}
+	meta := contentType + "\n" + hex.EncodeToString(h.Sum(nil)) + "\n"
+	if _, err := writeAtomic(ctx, p+".meta", strings.NewReader(meta)); err != nil {
+		return fmt.Errorf("fs store: put %s meta: %w", key, err)
+	}
+	return nil
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
+}
+
+func writeAtomic(ctx context.Context, p string, r io.Reader) (int64, error) {
+	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, ctxReader{ctx, r})
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return n, err
+	}
+	if d, derr := os.Open(filepath.Dir(p)); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return n, nil
+}
+
+func (s *Store) info(key, p string) (store.Info, error) {
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && st.IsDir()) {
+		return store.Info{}, fmt.Errorf("fs store: %s: %w", key, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Info{}, fmt.Errorf("fs store: %s: %w", key, err)
+	}
+	info := store.Info{Key: key, Size: st.Size(), ContentType: "application/octet-stream"}
+	if meta, err := os.ReadFile(p + ".meta"); err == nil {
+		lines := strings.SplitN(string(meta), "\n", 3)
+		if len(lines) >= 2 {
+			if lines[0] != "" {
+				info.ContentType = lines[0]
+			}
+			info.ETag = lines[1]
+		}
+	}
+	return info, nil
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, store.Info, error) {
+	p, err := s.path(key)
+	if err != nil {
+		return nil, store.Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, store.Info{}, err
+	}
+	info, err := s.info(key, p)
+	if err != nil {
+		return nil, info, err
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, info, fmt.Errorf("fs store: %s: %w", key, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, info, fmt.Errorf("fs store: get %s: %w", key, err)
+	}
+	return f, info, nil
+}
+
+// Stat implements store.Store.
+func (s *Store) Stat(ctx context.Context, key string) (store.Info, error) {
+	p, err := s.path(key)
+	if err != nil {
+		return store.Info{}, err
+	}
+	return s.info(key, p)
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	p, err := s.path(key)
+	if err != nil {
+		return err
+	}
+	for _, q := range []string{p, p + ".meta"} {
+		if err := os.Remove(q); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("fs store: delete %s: %w", key, err)
+		}
+	}
+	return nil
+}
