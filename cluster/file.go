@@ -1,0 +1,67 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// File is DIR/cluster.json as `willow up` and deploy/local write it
+// (DESIGN.md section 8): addresses plus the development secrets, so other
+// commands can take --cluster FILE.
+type File struct {
+	Master       string            `json:"master"`
+	Console      string            `json:"console"`
+	Redis        string            `json:"redis"`
+	Timeline     string            `json:"timeline"`
+	OncallToken  string            `json:"oncall_token"`
+	UploadSecret string            `json:"upload_secret"`
+	Regions      map[string]Region `json:"regions"`
+	Nodes        []FileNode        `json:"nodes,omitempty"`
+}
+
+// Region lists one region's service addresses.
+type Region struct {
+	Upload        string `json:"upload"`
+	Compress      string `json:"compress"`
+	EdgecacheGRPC string `json:"edgecache_grpc"`
+	EdgecacheHTTP string `json:"edgecache_http"`
+}
+
+// FileNode is one process of a multi-process cluster.
+type FileNode struct {
+	Role   string `json:"role"`
+	Region string `json:"region"`
+	Addr   string `json:"addr"`
+	PID    int    `json:"pid,omitempty"`
+}
+
+// LoadFile reads a cluster.json.
+func LoadFile(path string) (*File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster file: %w", err)
+	}
+	var f File
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("cluster file %s: %w", path, err)
+	}
+	if f.Master == "" {
+		return nil, fmt.Errorf("cluster file %s: no master address", path)
+	}
+	return &f, nil
+}
+
+// Save writes f to path atomically, readable by the owner only (it holds
+// secrets).
+func (f *File) Save(path string) error {
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("cluster file: %w", err)
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,10 @@
+package main
+
+import (
+	"context"
+	"errors"
+)
+
+func cmdDownload(ctx context.Context, m *Main, args []string) error {
+	return errors.New("download: not built yet")
+}

@@ -1,0 +1,10 @@
+package main
+
+import (
+	"context"
+	"errors"
+)
+
+func cmdTimeline(ctx context.Context, m *Main, args []string) error {
+	return errors.New("timeline: not built yet")
+}
