@@ -72,6 +72,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // Run runs the master's background work (ejection, probes, flex expiry,
 // sync with other masters) until ctx is done.
 func (s *Server) Run(ctx context.Context) error {
+	go s.runFlex(ctx)
 	<-ctx.Done()
 	return nil
 }
