@@ -1,0 +1,293 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"willow/media"
+	willowv1 "willow/proto/willow/v1"
+)
+
+// Defaults.
+const (
+	// ChunkSize is the size of upload chunks (the protocol allows 1 MiB).
+	ChunkSize = 1 << 20
+	// DefaultCallTimeout bounds one upload or download attempt.
+	DefaultCallTimeout = 2 * time.Minute
+)
+
+// Metadata keys carrying the request context (read by the shedding
+// interceptors).
+const (
+	MDBusiness = "willow-business"
+	MDUser     = "willow-user"
+)
+
+// WithRequest returns ctx carrying business and user as outgoing gRPC
+// metadata.
+func WithRequest(ctx context.Context, business, user string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, MDBusiness, business, MDUser, user)
+}
+
+// Client uploads and downloads media through a Router.
+type Client struct {
+	// Router routes calls; required.
+	Router *Router
+	// Token returns an upload token for (user, business); required for
+	// uploads.
+	Token func(user, business string) (string, error)
+	// CallTimeout bounds each attempt; default DefaultCallTimeout.
+	CallTimeout time.Duration
+}
+
+// UploadOptions describe one upload.
+type UploadOptions struct {
+	UploadID string // default: derived from the content's SHA-256
+	User     string
+	Business string
+	Kind     willowv1.Kind // default: guessed from the file name
+	Filename string
+}
+
+// UploadResult is what an acknowledged upload returns.
+type UploadResult struct {
+	ID        string              `json:"id"`
+	Bytes     int64               `json:"bytes"`
+	SHA256    string              `json:"sha256"`
+	Region    string              `json:"region"`
+	Location  string              `json:"location"`
+	Duplicate bool                `json:"duplicate,omitempty"`
+	Variants  []*willowv1.Variant `json:"variants"`
+}
+
+// KindOf guesses the media kind from a file name.
+func KindOf(name string) willowv1.Kind {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".mp4", ".mov", ".avi", ".mpeg", ".mpg", ".mkv", ".webm", ".m4v", ".3gp":
+		return willowv1.Kind_KIND_VIDEO
+	}
+	return willowv1.Kind_KIND_IMAGE
+}
+
+// UploadFile uploads the file at path.
+func (c *Client) UploadFile(ctx context.Context, path string, opts UploadOptions) (*UploadResult, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Filename == "" {
+		opts.Filename = filepath.Base(path)
+	}
+	return c.Upload(ctx, f, st.Size(), opts)
+}
+
+// Upload uploads size bytes from r. The same UploadID (for the same user)
+// always yields the same media ID. A broken stream is resumed from the
+// front's durable offset; a failed front is replaced by one of another
+// region, per Router.Call.
+func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts UploadOptions) (*UploadResult, error) {
+	if c.Token == nil {
+		return nil, errors.New("client: no upload token source")
+	}
+	if opts.User == "" || opts.Business == "" {
+		return nil, errors.New("client: upload needs a user and a business")
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(r, 0, size)); err != nil {
+		return nil, fmt.Errorf("client: hash: %w", err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if opts.UploadID == "" {
+		opts.UploadID = "sha256-" + sum[:32]
+	}
+	if opts.Kind == willowv1.Kind_KIND_UNSPECIFIED {
+		opts.Kind = KindOf(opts.Filename)
+	}
+	tok, err := c.Token(opts.User, opts.Business)
+	if err != nil {
+		return nil, fmt.Errorf("client: token: %w", err)
+	}
+	ctx = WithRequest(ctx, opts.Business, opts.User)
+	var res *UploadResult
+	err = c.Router.Call(ctx, "upload", opts.Business, func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error {
+		actx, cancel := context.WithTimeout(ctx, c.timeout())
+		defer cancel()
+		var err error
+		res, err = uploadTo(actx, willowv1.NewUploadClient(conn), r, size, sum, tok, opts)
+		if res != nil && res.Region == "" {
+			res.Region = ep.GetRegion()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (c *Client) timeout() time.Duration {
+	if c.CallTimeout > 0 {
+		return c.CallTimeout
+	}
+	return DefaultCallTimeout
+}
+
+// uploadTo runs Begin, the chunk stream and Commit against one front,
+// resuming through Status when the stream breaks (at most a few times).
+func uploadTo(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, size int64, sum, tok string, opts UploadOptions) (*UploadResult, error) {
+	begin, err := uc.Begin(ctx, &willowv1.BeginRequest{
+		UploadId: opts.UploadID, Token: tok, Business: opts.Business, User: opts.User,
+		Kind: opts.Kind, Size: size, Sha256: sum, Filename: opts.Filename,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !begin.GetCommitted() {
+		offset := begin.GetOffset()
+		for attempt := 0; offset < size; attempt++ {
+			off, serr := sendChunks(ctx, uc, r, size, offset, opts.UploadID)
+			if serr == nil {
+				offset = off
+				break
+			}
+			if attempt >= 3 || ctx.Err() != nil || !resumable(serr) {
+				return nil, serr
+			}
+			st, err := uc.Status(ctx, &willowv1.StatusRequest{UploadId: opts.UploadID, User: opts.User})
+			if err != nil {
+				return nil, serr
+			}
+			offset = st.GetOffset()
+		}
+	}
+	cr, err := uc.Commit(ctx, &willowv1.CommitRequest{UploadId: opts.UploadID, User: opts.User})
+	if err != nil {
+		return nil, err
+	}
+	return &UploadResult{
+		ID: cr.GetMediaId(), Bytes: size, SHA256: sum, Region: cr.GetRegion(),
+		Location: cr.GetLocation(), Duplicate: cr.GetDuplicate(), Variants: cr.GetVariants(),
+	}, nil
+}
+
+func resumable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Internal, codes.Unknown, codes.Canceled:
+		return true
+	}
+	return false
+}
+
+func sendChunks(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, size, offset int64, uploadID string) (int64, error) {
+	stream, err := uc.Chunks(ctx)
+	if err != nil {
+		return offset, err
+	}
+	buf := make([]byte, ChunkSize)
+	for off := offset; off < size; {
+		n := int64(len(buf))
+		if size-off < n {
+			n = size - off
+		}
+		if _, err := r.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+			return offset, fmt.Errorf("client: read: %w", err)
+		}
+		if err := stream.Send(&willowv1.Chunk{UploadId: uploadID, Offset: off, Data: buf[:n]}); err != nil {
+			if errors.Is(err, io.EOF) {
+				_, err = stream.CloseAndRecv()
+			}
+			return offset, err
+		}
+		off += n
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return offset, err
+	}
+	return resp.GetOffset(), nil
+}
+
+// Download writes one variant of a media item to w, from the edge caches
+// of the caller's region, then (per the retries knob) the other region's.
+// A malformed ID fails before any call.
+func (c *Client) Download(ctx context.Context, id, variant string, w io.Writer) (*willowv1.DataChunk, error) {
+	if _, err := media.Parse(id); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if variant == "" {
+		variant = media.VariantRaw
+	}
+	var head *willowv1.DataChunk
+	var written int64
+	var lastErr error
+	err := c.Router.Call(ctx, "edgecache", "", func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error {
+		if written > 0 {
+			// A retry after bytes were written must start from a clean
+			// sink, or it would duplicate them.
+			rw, ok := w.(resettable)
+			if !ok {
+				return lastErr
+			}
+			if err := rw.Truncate(0); err != nil {
+				return err
+			}
+			if _, err := rw.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
+			written = 0
+		}
+		actx, cancel := context.WithTimeout(ctx, c.timeout())
+		defer cancel()
+		stream, err := willowv1.NewEdgeCacheClient(conn).Get(actx, &willowv1.GetRequest{MediaId: id, Variant: variant})
+		if err != nil {
+			return err
+		}
+		// Buffer the first message: nothing is written to w until the
+		// stream has started, so a retry elsewhere writes a clean copy.
+		first, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		head = first
+		for msg := first; ; {
+			n, err := w.Write(msg.GetData())
+			written += int64(n)
+			if err != nil {
+				return err
+			}
+			msg, err = stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				lastErr = err
+				return err
+			}
+		}
+	})
+	return head, err
+}
+
+// resettable is a sink a retried download can start over in (an *os.File).
+type resettable interface {
+	Truncate(size int64) error
+	Seek(offset int64, whence int) (int64, error)
+}

@@ -1,0 +1,322 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"willow/flex"
+	"willow/node"
+	"willow/rpcstatus"
+	willowv1 "willow/proto/willow/v1"
+)
+
+// Defaults.
+const (
+	DefaultRouteTimeout = 2 * time.Second
+	DefaultMaxRetries   = 2
+	DefaultRetryRatio   = 0.1
+	DefaultBudgetWindow = 10 * time.Second
+	// MaxRetryAfter caps how long Call sleeps for a server's retry-after.
+	MaxRetryAfter = 2 * time.Second
+)
+
+// ErrNoEndpoint is returned (wrapped) when Route lists no endpoint at all.
+var ErrNoEndpoint = errors.New("no endpoint for role")
+
+// RouterConfig configures a Router. Zero values mean the default.
+type RouterConfig struct {
+	// MasterAddr is the master's gRPC address; several may be given
+	// separated by commas, tried in turn. Required.
+	MasterAddr string
+	// Region is the caller's region, for the primary list.
+	Region string
+	// TLS, when set, dials everything over TLS.
+	TLS *tls.Config
+	// MaxRetries caps retries per call; default DefaultMaxRetries.
+	MaxRetries int
+	// RetryRatio is the retry budget: retries at most this fraction of
+	// requests over BudgetWindow; default DefaultRetryRatio.
+	RetryRatio float64
+	// BudgetWindow; default DefaultBudgetWindow.
+	BudgetWindow time.Duration
+	// RouteTimeout bounds one Route call; default DefaultRouteTimeout.
+	RouteTimeout time.Duration
+	// Now; default time.Now.
+	Now func() time.Time
+	// Sleep waits for a retry-after hint; default a timer honouring ctx.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+type routeKey struct{ role, business string }
+
+type cachedRoute struct {
+	resp    *willowv1.RouteResponse
+	expires time.Time
+}
+
+// Router routes calls to Willow nodes. It is safe for concurrent use.
+type Router struct {
+	cfg     RouterConfig
+	masters []string
+	budget  *Budget
+
+	mu     sync.Mutex // guards routes, conns, knobs, next
+	routes map[routeKey]cachedRoute
+	conns  map[string]*grpc.ClientConn
+	knobs  *willowv1.FlexState
+	next   int // index of the master to try first
+}
+
+// NewRouter validates cfg and returns a Router. It does not contact the
+// master until the first call.
+func NewRouter(cfg RouterConfig) (*Router, error) {
+	if cfg.MasterAddr == "" {
+		return nil, errors.New("client: MasterAddr is required")
+	}
+	if cfg.MaxRetries <= 0 {
+		cfg.MaxRetries = DefaultMaxRetries
+	}
+	if cfg.RetryRatio <= 0 {
+		cfg.RetryRatio = DefaultRetryRatio
+	}
+	if cfg.BudgetWindow <= 0 {
+		cfg.BudgetWindow = DefaultBudgetWindow
+	}
+	if cfg.RouteTimeout <= 0 {
+		cfg.RouteTimeout = DefaultRouteTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleepCtx
+	}
+	var masters []string
+	for _, a := range strings.Split(cfg.MasterAddr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			masters = append(masters, a)
+		}
+	}
+	return &Router{
+		cfg:     cfg,
+		masters: masters,
+		budget:  NewBudget(cfg.RetryRatio, cfg.BudgetWindow, cfg.Now),
+		routes:  map[routeKey]cachedRoute{},
+		conns:   map[string]*grpc.ClientConn{},
+	}, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Region is the caller's region.
+func (r *Router) Region() string { return r.cfg.Region }
+
+// Budget is the router's retry budget.
+func (r *Router) Budget() *Budget { return r.budget }
+
+// Conn returns a pooled connection to addr; callers must not close it.
+func (r *Router) Conn(addr string) (*grpc.ClientConn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := node.Dial(addr, r.cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	r.conns[addr] = c
+	return c, nil
+}
+
+// Close closes every pooled connection.
+func (r *Router) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for a, c := range r.conns {
+		c.Close()
+		delete(r.conns, a)
+	}
+	return nil
+}
+
+// Knobs returns the knobs of the last Route answer (defaults before one).
+func (r *Router) Knobs() flex.Knobs {
+	r.mu.Lock()
+	st := r.knobs
+	r.mu.Unlock()
+	return flex.Effective(st, r.cfg.Region, "")
+}
+
+// Route returns the master's answer for (role, business), from the cache
+// while its TTL lasts. When no master answers, the last good answer is
+// returned, however old, with no error.
+func (r *Router) Route(ctx context.Context, role, business string) (*willowv1.RouteResponse, error) {
+	key := routeKey{role, business}
+	now := r.cfg.Now()
+	r.mu.Lock()
+	c, ok := r.routes[key]
+	r.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.resp, nil
+	}
+	resp, err := r.askMasters(ctx, role, business)
+	if err != nil {
+		if ok {
+			return c.resp, nil // keep the last good answer
+		}
+		return nil, err
+	}
+	ttl := time.Duration(resp.GetTtlMs()) * time.Millisecond
+	if ttl <= 0 {
+		ttl = 5 * time.Second
+	}
+	r.mu.Lock()
+	r.routes[key] = cachedRoute{resp: resp, expires: now.Add(ttl)}
+	if f := resp.GetFlex(); f != nil && (r.knobs == nil || f.GetVersion() >= r.knobs.GetVersion()) {
+		r.knobs = f
+	}
+	r.mu.Unlock()
+	return resp, nil
+}
+
+// Invalidate drops the cached answer for (role, business), so the next
+// Route asks the master.
+func (r *Router) Invalidate(role, business string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.routes[routeKey{role, business}]; ok {
+		c.expires = time.Time{}
+		r.routes[routeKey{role, business}] = c
+	}
+}
+
+func (r *Router) askMasters(ctx context.Context, role, business string) (*willowv1.RouteResponse, error) {
+	var lastErr error
+	r.mu.Lock()
+	start := r.next
+	r.mu.Unlock()
+	for i := range r.masters {
+		idx := (start + i) % len(r.masters)
+		conn, err := r.Conn(r.masters[idx])
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.RouteTimeout)
+		resp, err := willowv1.NewMasterClient(conn).Route(cctx, &willowv1.RouteRequest{Role: role, Region: r.cfg.Region, Business: business})
+		cancel()
+		if err == nil {
+			r.mu.Lock()
+			r.next = idx
+			r.mu.Unlock()
+			return resp, nil
+		}
+		lastErr = err
+	}
+	return nil, fmt.Errorf("route %s: %w", role, lastErr)
+}
+
+// Retryable reports whether a failed call may be retried elsewhere.
+func Retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Internal, codes.Unknown:
+		return true
+	}
+	return false
+}
+
+// Call runs fn against the first endpoint of the primary list for role and,
+// on a retryable failure, against the secondary list (another region) at
+// most MaxRetries times — never when the retries knob is off or the retry
+// budget is spent. It returns fn's last error.
+func (r *Router) Call(ctx context.Context, role, business string, fn func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error) error {
+	resp, err := r.Route(ctx, role, business)
+	if err != nil {
+		return err
+	}
+	plan := attemptPlan(resp, r.cfg.MaxRetries)
+	if len(plan) == 0 {
+		return rpcstatus.New(codes.Unavailable, "no_endpoint", "%v: %s", ErrNoEndpoint, role)
+	}
+	r.budget.OnRequest()
+	retries := r.Knobs().Retries
+	for i, ep := range plan {
+		if i > 0 {
+			if !retries {
+				return err
+			}
+			if !r.budget.AllowRetry() {
+				return fmt.Errorf("%w (retry budget spent: %s)", err, rpcstatus.Line(err))
+			}
+			if ra := rpcstatus.RetryAfter(err); ra > 0 {
+				if ra > MaxRetryAfter {
+					ra = MaxRetryAfter
+				}
+				if serr := r.cfg.Sleep(ctx, ra); serr != nil {
+					return err
+				}
+			}
+		}
+		conn, cerr := r.Conn(ep.GetAddr())
+		if cerr != nil {
+			err = status.Error(codes.Unavailable, cerr.Error())
+			continue
+		}
+		err = fn(ctx, conn, ep)
+		if err == nil || !Retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		if status.Code(err) == codes.Unavailable {
+			// The node may be gone: ask the master again next time.
+			r.Invalidate(role, business)
+		}
+	}
+	return err
+}
+
+// attemptPlan is the order of endpoints a call tries: the first primary
+// endpoint, then up to maxRetries endpoints of the secondary list. A retry
+// never goes to the primary's region.
+func attemptPlan(resp *willowv1.RouteResponse, maxRetries int) []*willowv1.Endpoint {
+	var plan []*willowv1.Endpoint
+	prim := resp.GetPrimary()
+	if len(prim) > 0 {
+		plan = append(plan, prim[0])
+	}
+	failedRegion := ""
+	if len(plan) > 0 {
+		failedRegion = plan[0].GetRegion()
+	}
+	for _, ep := range resp.GetSecondary() {
+		if len(plan) > maxRetries {
+			break
+		}
+		if failedRegion != "" && ep.GetRegion() == failedRegion {
+			continue
+		}
+		plan = append(plan, ep)
+	}
+	if len(plan) == 0 {
+		return nil
+	}
+	return plan
+}
