@@ -3,13 +3,37 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+)
+
+// Defaults for Config.
+const (
+	DefaultKeyPrefix        = "willow:"
+	DefaultMissedAfter      = 3 * time.Second
+	DefaultMinRequests      = 20
+	DefaultMinSuccessRate   = 0.5
+	DefaultSuccessWindow    = 5 * time.Second
+	DefaultMaxEjectFraction = 1.0 / 3
+	DefaultProtection       = 10 * time.Second
+	DefaultMaxProtection    = 5 * time.Minute
+	DefaultFlapMemory       = 10 * time.Minute
+	DefaultProbeInterval    = time.Second
+	DefaultProbeTimeout     = 500 * time.Millisecond
+	DefaultProbeSuccesses   = 3
+	DefaultProbeFailures    = 3
+	DefaultRouteTTL         = 5 * time.Second
+	DefaultRefreshInterval  = 250 * time.Millisecond
+	DefaultLeaseTTL         = 3 * time.Second
+	DefaultEntryTTL         = 5 * time.Minute
+	DefaultMaxDrill         = 24 * time.Hour
 )
 
 // Config configures a master. Zero values mean the documented default.
@@ -19,8 +43,108 @@ type Config struct {
 	OncallToken string
 	// LevelsFile is a YAML file of level plans; empty uses the shipped plans.
 	LevelsFile string
-	// KeyPrefix prefixes every Redis key; default "willow:".
+	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix.
 	KeyPrefix string
+
+	// ID names this master in the shared leader lease; default the node's ID.
+	ID string
+	// MissedAfter is how long without a heartbeat takes a node out of
+	// Route; default DefaultMissedAfter.
+	MissedAfter time.Duration
+	// MinRequests is how many requests the success window needs before the
+	// success rate can eject a node; default DefaultMinRequests.
+	MinRequests int64
+	// MinSuccessRate is the success rate under which a node is ejected;
+	// default DefaultMinSuccessRate.
+	MinSuccessRate float64
+	// SuccessWindow is the window the reported success rate is summed over;
+	// default DefaultSuccessWindow.
+	SuccessWindow time.Duration
+	// MaxEjectFraction bounds the fraction of a region's live nodes of one
+	// role ejected at once for bad health (see doc.go for the rounding
+	// rule); default DefaultMaxEjectFraction.
+	MaxEjectFraction float64
+	// Protection is the first protection window after an ejection; it
+	// doubles for every ejection that follows a recovery within FlapMemory,
+	// up to MaxProtection. Defaults DefaultProtection, DefaultMaxProtection,
+	// DefaultFlapMemory.
+	Protection    time.Duration
+	MaxProtection time.Duration
+	FlapMemory    time.Duration
+	// ProbeInterval is how often the leading master health-checks nodes;
+	// default DefaultProbeInterval. ProbeTimeout bounds one check; default
+	// DefaultProbeTimeout.
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	// ProbeSuccesses is the run of successful probes that re-admits a node;
+	// default DefaultProbeSuccesses. ProbeFailures is the run of failed
+	// probes that ejects a healthy node; default DefaultProbeFailures.
+	ProbeSuccesses int
+	ProbeFailures  int
+	// RouteTTL is how long clients may cache a Route answer; default
+	// DefaultRouteTTL.
+	RouteTTL time.Duration
+	// RefreshInterval is how often a master reloads the shared registry
+	// from Redis into its cache; default DefaultRefreshInterval.
+	RefreshInterval time.Duration
+	// LeaseTTL is the leader lease: one master at a time probes and ejects;
+	// default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// EntryTTL is how long a registry entry outlives its last heartbeat in
+	// Redis (a dead node is listed as ejected until then); default
+	// DefaultEntryTTL.
+	EntryTTL time.Duration
+	// MaxDrill bounds a drill's duration; default DefaultMaxDrill.
+	MaxDrill time.Duration
+}
+
+func (c *Config) applyDefaults() error {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	setDur := func(p *time.Duration, d time.Duration) {
+		if *p <= 0 {
+			*p = d
+		}
+	}
+	setDur(&c.MissedAfter, DefaultMissedAfter)
+	setDur(&c.SuccessWindow, DefaultSuccessWindow)
+	setDur(&c.Protection, DefaultProtection)
+	setDur(&c.MaxProtection, DefaultMaxProtection)
+	setDur(&c.FlapMemory, DefaultFlapMemory)
+	setDur(&c.ProbeInterval, DefaultProbeInterval)
+	setDur(&c.ProbeTimeout, DefaultProbeTimeout)
+	setDur(&c.RouteTTL, DefaultRouteTTL)
+	setDur(&c.RefreshInterval, DefaultRefreshInterval)
+	setDur(&c.LeaseTTL, DefaultLeaseTTL)
+	setDur(&c.EntryTTL, DefaultEntryTTL)
+	setDur(&c.MaxDrill, DefaultMaxDrill)
+	if c.MinRequests <= 0 {
+		c.MinRequests = DefaultMinRequests
+	}
+	if c.MinSuccessRate <= 0 {
+		c.MinSuccessRate = DefaultMinSuccessRate
+	}
+	if c.MaxEjectFraction <= 0 {
+		c.MaxEjectFraction = DefaultMaxEjectFraction
+	}
+	if c.ProbeSuccesses <= 0 {
+		c.ProbeSuccesses = DefaultProbeSuccesses
+	}
+	if c.ProbeFailures <= 0 {
+		c.ProbeFailures = DefaultProbeFailures
+	}
+	switch {
+	case c.MinSuccessRate > 1:
+		return fmt.Errorf("master: MinSuccessRate %v over 1", c.MinSuccessRate)
+	case c.MaxEjectFraction > 1:
+		return fmt.Errorf("master: MaxEjectFraction %v over 1", c.MaxEjectFraction)
+	case c.MaxProtection < c.Protection:
+		return fmt.Errorf("master: MaxProtection %v under Protection %v", c.MaxProtection, c.Protection)
+	case c.EntryTTL < c.MissedAfter:
+		return fmt.Errorf("master: EntryTTL %v under MissedAfter %v", c.EntryTTL, c.MissedAfter)
+	}
+	return nil
 }
 
 // Deps are the master's dependencies.
@@ -33,16 +157,27 @@ type Deps struct {
 	Now func() time.Time
 	// Logger; default the node's.
 	Logger *slog.Logger
+	// Prober health-checks a node's gRPC address; default a gRPC health
+	// Check over a cached connection.
+	Prober Prober
 }
 
 // Server implements willowv1.MasterServer.
 type Server struct {
 	willowv1.UnimplementedMasterServer
-	cfg  Config
-	node *node.Node
-	rdb  redis.UniversalClient
-	now  func() time.Time
-	log  *slog.Logger
+	cfg    Config
+	node   *node.Node
+	rdb    redis.UniversalClient
+	now    func() time.Time
+	log    *slog.Logger
+	prober Prober
+	met    *metrics
+
+	mu      sync.Mutex // guards view, drills and windows
+	view    *view      // last registry snapshot loaded from Redis
+	drills  []*willowv1.Drill
+	windows map[string][]sample // per node: heartbeats received by this master
+	leader  bool
 
 	flexState // flex.go
 }
@@ -52,16 +187,24 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Node == nil || deps.Redis == nil {
 		return nil, errors.New("master: Node and Redis are required")
 	}
-	if cfg.KeyPrefix == "" {
-		cfg.KeyPrefix = "willow:"
+	if err := cfg.applyDefaults(); err != nil {
+		return nil, err
 	}
-	s := &Server{cfg: cfg, node: deps.Node, rdb: deps.Redis, now: deps.Now, log: deps.Logger}
+	if cfg.ID == "" {
+		cfg.ID = deps.Node.Config().ID
+	}
+	s := &Server{cfg: cfg, node: deps.Node, rdb: deps.Redis, now: deps.Now, log: deps.Logger,
+		prober: deps.Prober, view: &view{}, windows: map[string][]sample{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	if s.log == nil {
 		s.log = deps.Node.Logger()
 	}
+	if s.prober == nil {
+		s.prober = newGRPCProber()
+	}
+	s.met = newMetrics(deps.Node.Registry())
 	if err := s.initFlex(); err != nil {
 		return nil, err
 	}
@@ -73,6 +216,17 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // sync with other masters) until ctx is done.
 func (s *Server) Run(ctx context.Context) error {
 	go s.runFlex(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.runRefresh(ctx) }()
+	go func() { defer wg.Done(); s.runLeader(ctx) }()
 	<-ctx.Done()
+	wg.Wait()
+	if c, ok := s.prober.(interface{ Close() }); ok {
+		c.Close()
+	}
 	return nil
 }
+
+// key returns the Redis key for name.
+func (s *Server) key(name string) string { return s.cfg.KeyPrefix + name }

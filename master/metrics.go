@@ -1,0 +1,52 @@
+package master
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
+)
+
+type metrics struct {
+	nodes       *prometheus.GaugeVec
+	transitions *prometheus.CounterVec
+	routes      *prometheus.CounterVec
+	isLeader    prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "willow_master_nodes",
+			Help: "Registered nodes by role, region and state."}, []string{"role", "region", "state"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_master_node_transitions_total",
+			Help: "Node state changes decided by this master, by new state."}, []string{"state"}),
+		routes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_master_route_requests_total",
+			Help: "Route requests by role and gRPC code."}, []string{"role", "code"}),
+		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "willow_master_leader",
+			Help: "1 while this master holds the probe and ejection lease."}),
+	}
+	reg.MustRegister(m.nodes, m.transitions, m.routes, m.isLeader)
+	return m
+}
+
+func (m *metrics) observe(v *view, now time.Time, missedAfter time.Duration) {
+	m.nodes.Reset()
+	for _, e := range v.entries {
+		st, _, _ := e.state(now, missedAfter)
+		m.nodes.WithLabelValues(e.info.GetRole(), e.info.GetRegion(), st).Inc()
+	}
+}
+
+func (m *metrics) transition(h health) { m.transitions.WithLabelValues(h.State).Inc() }
+
+func (m *metrics) route(role string, err error) {
+	m.routes.WithLabelValues(role, status.Code(err).String()).Inc()
+}
+
+func (m *metrics) leader(b bool) {
+	if b {
+		m.isLeader.Set(1)
+	} else {
+		m.isLeader.Set(0)
+	}
+}

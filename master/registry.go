@@ -1,0 +1,355 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
+)
+
+// Node states as ListNodes and `willow nodes` show them.
+const (
+	StateHealthy = "healthy"
+	StateEjected = "ejected"
+	StateProbing = "probing"
+)
+
+// Ejection reasons (the prefix of NodeStatus.reason).
+const (
+	ReasonMissedHeartbeats = "missed_heartbeats"
+	ReasonSuccessRate      = "success_rate"
+	ReasonProbeFailed      = "probe_failed"
+)
+
+var nodeIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+
+// sample is one heartbeat's request counts.
+type sample struct {
+	At  int64 `json:"at"` // unix ms
+	Req int64 `json:"req"`
+	Err int64 `json:"err"`
+}
+
+// record is a node's registry entry in Redis (key node:ID, with TTL).
+type record struct {
+	Info    []byte   `json:"info"` // proto NodeInfo
+	Load    []byte   `json:"load"` // proto Load of the last heartbeat
+	LastMs  int64    `json:"last_ms"`
+	Samples []sample `json:"samples"` // heartbeats within the success window
+}
+
+// health is a node's health judgement in Redis (key health:ID), written
+// by the leading master (and created by Register).
+type health struct {
+	State          string `json:"state"`
+	SinceMs        int64  `json:"since_ms"`
+	Reason         string `json:"reason,omitempty"`
+	Strikes        int    `json:"strikes,omitempty"` // ejections in a row, each after a recovery within FlapMemory
+	ProtectUntilMs int64  `json:"protect_until_ms,omitempty"`
+	ProbeOK        int    `json:"probe_ok,omitempty"`
+	ProbeFail      int    `json:"probe_fail,omitempty"`
+	RecoveredMs    int64  `json:"recovered_ms,omitempty"`
+}
+
+// entry is one node as loaded from Redis.
+type entry struct {
+	info    *willowv1.NodeInfo
+	load    *willowv1.Load
+	lastMs  int64
+	samples []sample
+	h       health
+}
+
+// view is a snapshot of the shared registry.
+type view struct {
+	at      time.Time
+	entries []*entry
+}
+
+// alive reports whether e heartbeated within missedAfter of now.
+func (e *entry) alive(now time.Time, missedAfter time.Duration) bool {
+	return now.UnixMilli()-e.lastMs < missedAfter.Milliseconds()
+}
+
+// state is the state a node is shown in: a node without recent heartbeats
+// is ejected whatever the stored judgement says.
+func (e *entry) state(now time.Time, missedAfter time.Duration) (state string, sinceMs int64, reason string) {
+	if !e.alive(now, missedAfter) && e.h.State != StateEjected {
+		return StateEjected, e.lastMs + missedAfter.Milliseconds(), ReasonMissedHeartbeats
+	}
+	if e.h.State == "" {
+		return StateHealthy, e.lastMs, ""
+	}
+	return e.h.State, e.h.SinceMs, e.h.Reason
+}
+
+// window sums the samples newer than fromMs.
+func window(samples []sample, fromMs int64) (req, errs int64) {
+	for _, s := range samples {
+		if s.At > fromMs {
+			req += s.Req
+			errs += s.Err
+		}
+	}
+	return req, errs
+}
+
+func (s *Server) nodeKey(id string) string   { return s.key("node:" + id) }
+func (s *Server) healthKey(id string) string { return s.key("health:" + id) }
+func (s *Server) healthTTL() time.Duration   { return 2 * max(s.cfg.EntryTTL, s.cfg.FlapMemory, s.cfg.MaxProtection) }
+
+func validInfo(n *willowv1.NodeInfo) error {
+	switch {
+	case n == nil:
+		return rpcstatus.New(codes.InvalidArgument, "node", "node info missing")
+	case !nodeIDRe.MatchString(n.GetId()):
+		return rpcstatus.New(codes.InvalidArgument, "node_id", "node id %q: want [a-z0-9-]", n.GetId())
+	case n.GetRole() == "":
+		return rpcstatus.New(codes.InvalidArgument, "role", "node %s: role missing", n.GetId())
+	case n.GetRegion() == "":
+		return rpcstatus.New(codes.InvalidArgument, "region", "node %s: region missing", n.GetId())
+	case n.GetAddr() == "":
+		return rpcstatus.New(codes.InvalidArgument, "addr", "node %s: addr missing", n.GetId())
+	}
+	return nil
+}
+
+// encodeRecord builds a node's Redis entry, adding one heartbeat sample to
+// this master's window for it.
+func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now time.Time) ([]byte, error) {
+	nowMs := now.UnixMilli()
+	s.mu.Lock()
+	w := s.windows[info.GetId()]
+	if load != nil {
+		w = append(w, sample{At: nowMs, Req: load.GetRequests(), Err: load.GetErrors()})
+	}
+	from := nowMs - s.cfg.SuccessWindow.Milliseconds()
+	i := 0
+	for i < len(w) && w[i].At <= from {
+		i++
+	}
+	w = append([]sample(nil), w[i:]...)
+	s.windows[info.GetId()] = w
+	s.mu.Unlock()
+	ib, err := proto.Marshal(info)
+	if err != nil {
+		return nil, fmt.Errorf("master: encode node info: %w", err)
+	}
+	if load == nil {
+		load = &willowv1.Load{SuccessRate: 1}
+	}
+	lb, err := proto.Marshal(load)
+	if err != nil {
+		return nil, fmt.Errorf("master: encode load: %w", err)
+	}
+	return json.Marshal(record{Info: ib, Load: lb, LastMs: nowMs, Samples: w})
+}
+
+// Register records a node in the shared registry. A node that comes back
+// keeps its health judgement: an ejected node stays out until probed.
+func (s *Server) Register(ctx context.Context, req *willowv1.RegisterRequest) (*willowv1.RegisterResponse, error) {
+	info := req.GetNode()
+	if err := validInfo(info); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	b, err := s.encodeRecord(info, nil, now)
+	if err != nil {
+		return nil, err
+	}
+	hb, _ := json.Marshal(health{State: StateHealthy, SinceMs: now.UnixMilli()})
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.nodeKey(info.GetId()), b, s.cfg.EntryTTL)
+		p.SAdd(ctx, s.key("nodes"), info.GetId())
+		p.SetNX(ctx, s.healthKey(info.GetId()), hb, s.healthTTL())
+		return nil
+	})
+	if err != nil {
+		return nil, rpcstatus.New(codes.Unavailable, "redis", "register %s: %v", info.GetId(), err)
+	}
+	s.log.Info("node registered", "id", info.GetId(), "role", info.GetRole(), "region", info.GetRegion(), "addr", info.GetAddr())
+	return &willowv1.RegisterResponse{
+		NodeId:              info.GetId(),
+		HeartbeatIntervalMs: node.DefaultHeartbeatInterval.Milliseconds(),
+		Flex:                s.flexSnapshot(),
+	}, nil
+}
+
+// Heartbeat refreshes a node's entry and load, and answers with the
+// drills ordered for it. It asks the node to register again when the
+// shared registry no longer knows it.
+func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) (*willowv1.HeartbeatResponse, error) {
+	info := req.GetNode()
+	if err := validInfo(info); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	b, err := s.encodeRecord(info, req.GetLoad(), now)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ok, err := s.rdb.SetXX(ctx, s.nodeKey(info.GetId()), b, s.cfg.EntryTTL).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, rpcstatus.New(codes.Unavailable, "redis", "heartbeat %s: %v", info.GetId(), err)
+	}
+	resp := &willowv1.HeartbeatResponse{Reregister: !ok, FlexVersion: s.flexSnapshot().GetVersion()}
+	if ok {
+		// Keep the index in step even if a loader pruned it in a race.
+		if err := s.rdb.SAdd(ctx, s.key("nodes"), info.GetId()).Err(); err != nil {
+			return nil, rpcstatus.New(codes.Unavailable, "redis", "heartbeat %s: %v", info.GetId(), err)
+		}
+	}
+	resp.Drills = s.drillsFor(info.GetId(), info.GetAddr(), now)
+	return resp, nil
+}
+
+// loadView reads the whole registry from Redis. Entries whose record
+// expired are pruned from the index.
+func (s *Server) loadView(ctx context.Context) (*view, error) {
+	ids, err := s.rdb.SMembers(ctx, s.key("nodes")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("master: load registry: %w", err)
+	}
+	v := &view{at: s.now()}
+	if len(ids) == 0 {
+		return v, nil
+	}
+	sort.Strings(ids)
+	keys := make([]string, 0, 2*len(ids))
+	for _, id := range ids {
+		keys = append(keys, s.nodeKey(id))
+	}
+	for _, id := range ids {
+		keys = append(keys, s.healthKey(id))
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("master: load registry: %w", err)
+	}
+	var gone []any
+	for i, id := range ids {
+		rs, ok := vals[i].(string)
+		if !ok {
+			gone = append(gone, id)
+			continue
+		}
+		var r record
+		if err := json.Unmarshal([]byte(rs), &r); err != nil {
+			s.log.Warn("bad registry entry", "id", id, "err", err)
+			continue
+		}
+		e := &entry{info: &willowv1.NodeInfo{}, load: &willowv1.Load{}, lastMs: r.LastMs, samples: r.Samples}
+		if err := proto.Unmarshal(r.Info, e.info); err != nil {
+			s.log.Warn("bad registry entry", "id", id, "err", err)
+			continue
+		}
+		_ = proto.Unmarshal(r.Load, e.load)
+		if hs, ok := vals[len(ids)+i].(string); ok {
+			_ = json.Unmarshal([]byte(hs), &e.h)
+		}
+		v.entries = append(v.entries, e)
+	}
+	if len(gone) > 0 {
+		if err := s.rdb.SRem(ctx, s.key("nodes"), gone...).Err(); err != nil {
+			s.log.Warn("prune registry", "err", err)
+		}
+	}
+	return v, nil
+}
+
+// cached returns the last registry snapshot, loading one if there is none.
+func (s *Server) cached(ctx context.Context) (*view, error) {
+	s.mu.Lock()
+	v := s.view
+	s.mu.Unlock()
+	if !v.at.IsZero() {
+		return v, nil
+	}
+	return s.refresh(ctx)
+}
+
+// refresh reloads the registry and the drills from Redis into the cache.
+func (s *Server) refresh(ctx context.Context) (*view, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	v, err := s.loadView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	drills, err := s.loadDrills(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.view, s.drills = v, drills
+	s.mu.Unlock()
+	s.met.observe(v, s.now(), s.cfg.MissedAfter)
+	return v, nil
+}
+
+// runRefresh keeps the cache fresh until ctx is done. While Redis is down
+// the master keeps answering from its last snapshot.
+func (s *Server) runRefresh(ctx context.Context) {
+	t := time.NewTicker(s.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		if _, err := s.refresh(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("refresh registry", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ListNodes lists every known node with its state, read fresh from Redis
+// (the cached snapshot when Redis does not answer).
+func (s *Server) ListNodes(ctx context.Context, req *willowv1.ListNodesRequest) (*willowv1.ListNodesResponse, error) {
+	v, err := s.refresh(ctx)
+	if err != nil {
+		s.log.Warn("list nodes: using cache", "err", err)
+		if v, err = s.cached(ctx); err != nil {
+			return nil, rpcstatus.New(codes.Unavailable, "redis", "list nodes: %v", err)
+		}
+	}
+	now := s.now()
+	resp := &willowv1.ListNodesResponse{}
+	for _, e := range v.entries {
+		if req.GetRole() != "" && e.info.GetRole() != req.GetRole() {
+			continue
+		}
+		st, since, reason := e.state(now, s.cfg.MissedAfter)
+		resp.Nodes = append(resp.Nodes, &willowv1.NodeStatus{
+			Node: e.info, State: st, Load: e.load, StateSinceUnixMs: since,
+			LastHeartbeatUnixMs: e.lastMs, Reason: reason,
+		})
+	}
+	sort.Slice(resp.Nodes, func(i, j int) bool {
+		a, b := resp.Nodes[i].GetNode(), resp.Nodes[j].GetNode()
+		if a.GetRole() != b.GetRole() {
+			return a.GetRole() < b.GetRole()
+		}
+		if a.GetRegion() != b.GetRegion() {
+			return a.GetRegion() < b.GetRegion()
+		}
+		return a.GetId() < b.GetId()
+	})
+	return resp, nil
+}
