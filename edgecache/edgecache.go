@@ -1,0 +1,358 @@
+package edgecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc"
+
+	"willow/edgecache/ring"
+	"willow/flex"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+	"willow/store"
+)
+
+// Defaults.
+const (
+	DefaultCapacityBytes     = 256 << 20
+	DefaultDiskCapacityBytes = 1 << 30
+	DefaultHTTPAddr          = "127.0.0.1:0"
+	DefaultVirtualNodes      = ring.DefaultVirtualNodes
+	DefaultOriginTimeout     = 10 * time.Second
+	DefaultPeerTimeout       = 5 * time.Second
+	DefaultRefreshInterval   = 2 * time.Second
+	DefaultRetryAfter        = time.Second
+	DefaultBusiness          = "moments"
+	DefaultChunkBytes        = 64 << 10
+	DefaultMaxObjectBytes    = 512 << 20
+)
+
+// Config configures an edge cache node. Zero values mean the default.
+type Config struct {
+	// CapacityBytes bounds the memory cache; default DefaultCapacityBytes.
+	CapacityBytes int64
+	// DiskDir, when set, enables the disk tier in DiskDir/objects (wiped
+	// at start: the tier is a cache, not a store).
+	DiskDir string
+	// DiskCapacityBytes bounds the disk tier; default
+	// DefaultDiskCapacityBytes.
+	DiskCapacityBytes int64
+	// HTTPAddr is the listen address for plain HTTP; default
+	// DefaultHTTPAddr.
+	HTTPAddr string
+	// VirtualNodes is the number of ring points per node; default
+	// DefaultVirtualNodes.
+	VirtualNodes int
+	// Hash places keys and nodes on the ring; default ring.DefaultHash.
+	// Every node of an OC must use the same.
+	Hash ring.Hash
+	// URLSecret, when set, makes HTTP require signed URLs
+	// (?exp=UNIX&sig=HMAC, see SignURL).
+	URLSecret []byte
+	// OriginTimeout bounds one origin read; default DefaultOriginTimeout.
+	OriginTimeout time.Duration
+	// PeerTimeout bounds one fetch from the owner peer; default
+	// DefaultPeerTimeout.
+	PeerTimeout time.Duration
+	// RefreshInterval is how often ring membership is refreshed from
+	// Peers or the Router; default DefaultRefreshInterval.
+	RefreshInterval time.Duration
+	// Peers, when set, lists the OC's members (this node included or
+	// not: it is always a member). It takes precedence over the Router.
+	Peers func(ctx context.Context) ([]Peer, error)
+	// MaxObjectBytes bounds one object read from origin or a peer; default
+	// DefaultMaxObjectBytes.
+	MaxObjectBytes int64
+	// SkipGRPCShedding turns off this package's shed_ratio check on gRPC
+	// Get (set it when the shedding interceptor already applies it).
+	SkipGRPCShedding bool
+}
+
+// Peer is a member of the OC.
+type Peer struct {
+	ID   string // node ID
+	Addr string // gRPC address
+}
+
+// Router is the part of the client SDK router (*client.Router) the edge
+// cache uses: the master's address lists and pooled connections.
+type Router interface {
+	Route(ctx context.Context, role, business string) (*willowv1.RouteResponse, error)
+	Conn(addr string) (*grpc.ClientConn, error)
+}
+
+// Deps are the node's collaborators.
+type Deps struct {
+	// Node is the runtime (region, knobs, gRPC server, metrics); required.
+	Node *node.Node
+	// Store is the origin for media in the store; required.
+	Store store.Store
+	// Router finds OC peers (role edgecache) and the upload fronts holding
+	// pool-2 media (role upload); optional.
+	Router Router
+	// Now; default time.Now.
+	Now func() time.Time
+}
+
+// Sentinel errors; the HTTP and gRPC edges map them to status codes.
+var (
+	ErrBadRequest = errors.New("malformed media id or variant")
+	ErrNotFound   = errors.New("media not found")
+	ErrProcessing = fmt.Errorf("%w: still processing", ErrNotFound)
+	ErrShed       = errors.New("download shed")
+	ErrForbidden  = errors.New("bad or expired url signature")
+	ErrRange      = errors.New("range not satisfiable")
+	ErrOrigin     = errors.New("origin unavailable")
+	ErrTooLarge   = errors.New("object too large")
+)
+
+// Server is an edge cache node.
+type Server struct {
+	willowv1.UnimplementedEdgeCacheServer
+
+	cfg    Config
+	node   *node.Node
+	store  store.Store
+	router Router
+	now    func() time.Time
+	log    *slog.Logger
+	self   string
+	region string
+
+	lis     net.Listener
+	httpSrv *http.Server
+	handler http.Handler
+
+	mem   *memTier
+	hot   *memTier // objects owned by peers, fetched through them
+	disk  *diskTier
+	group singleflight.Group
+	ring  atomic.Pointer[ring.Ring]
+	peers atomic.Pointer[map[string]string] // node ID -> gRPC address
+	knobs atomic.Pointer[flex.Knobs]
+	m     *metrics
+
+	connMu sync.Mutex // guards conns
+	conns  map[string]*grpc.ClientConn
+}
+
+// New validates cfg, opens the HTTP listener, registers the EdgeCache gRPC
+// service on deps.Node and advertises the HTTP address. Errors: missing
+// Node or Store, a bad config, a listener or disk directory that cannot be
+// opened.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if deps.Node == nil || deps.Store == nil {
+		return nil, errors.New("edgecache: Node and Store are required")
+	}
+	if cfg.CapacityBytes == 0 {
+		cfg.CapacityBytes = DefaultCapacityBytes
+	}
+	if cfg.CapacityBytes < 0 {
+		return nil, errors.New("edgecache: negative CapacityBytes")
+	}
+	if cfg.DiskCapacityBytes <= 0 {
+		cfg.DiskCapacityBytes = DefaultDiskCapacityBytes
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = DefaultHTTPAddr
+	}
+	if cfg.VirtualNodes <= 0 {
+		cfg.VirtualNodes = DefaultVirtualNodes
+	}
+	if cfg.Hash == nil {
+		cfg.Hash = ring.DefaultHash
+	}
+	if cfg.OriginTimeout <= 0 {
+		cfg.OriginTimeout = DefaultOriginTimeout
+	}
+	if cfg.PeerTimeout <= 0 {
+		cfg.PeerTimeout = DefaultPeerTimeout
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = DefaultRefreshInterval
+	}
+	if cfg.MaxObjectBytes <= 0 {
+		cfg.MaxObjectBytes = DefaultMaxObjectBytes
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if isNil(deps.Router) {
+		deps.Router = nil
+	}
+	n := deps.Node
+	s := &Server{
+		cfg:    cfg,
+		node:   n,
+		store:  deps.Store,
+		router: deps.Router,
+		now:    deps.Now,
+		log:    n.Logger().With("component", "edgecache"),
+		self:   n.Config().ID,
+		region: n.Config().Region,
+		conns:  make(map[string]*grpc.ClientConn),
+	}
+	s.m = newMetrics(n.Registry())
+	s.mem = newMemTier(cfg.CapacityBytes, func() { s.m.evictions.WithLabelValues("memory").Inc() })
+	s.hot = newMemTier(max(cfg.CapacityBytes/8, 1), func() { s.m.evictions.WithLabelValues("hot").Inc() })
+	if cfg.DiskDir != "" {
+		d, err := newDiskTier(cfg.DiskDir, cfg.DiskCapacityBytes, func() { s.m.evictions.WithLabelValues("disk").Inc() })
+		if err != nil {
+			return nil, err
+		}
+		s.disk = d
+	}
+	s.setKnobs(n.Knobs())
+	n.OnKnobs(s.setKnobs)
+	s.SetPeers(nil)
+
+	lis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("edgecache: listen http %s: %w", cfg.HTTPAddr, err)
+	}
+	s.lis = lis
+	s.handler = http.HandlerFunc(s.serveHTTP)
+	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	willowv1.RegisterEdgeCacheServer(n.Server(), s)
+	n.SetHTTPAddr(s.HTTPAddr())
+	return s, nil
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+func (s *Server) setKnobs(k flex.Knobs) { s.knobs.Store(&k) }
+
+// HTTPAddr returns the address the HTTP listener is bound to.
+func (s *Server) HTTPAddr() string { return s.lis.Addr().String() }
+
+// Handler returns the HTTP handler (GET and HEAD /m/{id}/{variant}).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// SetPeers replaces the ring membership with peers plus this node. Peers
+// without an address are ignored, except this node.
+func (s *Server) SetPeers(peers []Peer) {
+	addrs := map[string]string{}
+	ids := []string{s.self}
+	for _, p := range peers {
+		if p.ID == "" || p.ID == s.self || p.Addr == "" {
+			continue
+		}
+		addrs[p.ID] = p.Addr
+		ids = append(ids, p.ID)
+	}
+	s.peers.Store(&addrs)
+	s.ring.Store(ring.New(s.cfg.VirtualNodes, s.cfg.Hash, ids...))
+	s.m.members.Set(float64(len(addrs) + 1))
+}
+
+// Run serves HTTP and refreshes the ring membership until ctx is done,
+// then shuts HTTP down gracefully and closes peer connections. It returns
+// nil after a clean shutdown.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() {
+		if err := s.httpSrv.Serve(s.lis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	s.log.Info("edge cache serving", "http", s.HTTPAddr())
+	var wg sync.WaitGroup
+	runCtx, cancel := context.WithCancel(ctx)
+	if s.cfg.Peers != nil || s.router != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.refreshLoop(runCtx) }()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	wg.Wait()
+	shCtx, shCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer shCancel()
+	if serr := s.httpSrv.Shutdown(shCtx); serr != nil && err == nil {
+		err = fmt.Errorf("edgecache: http shutdown: %w", serr)
+	}
+	s.connMu.Lock()
+	for addr, c := range s.conns {
+		c.Close()
+		delete(s.conns, addr)
+	}
+	s.connMu.Unlock()
+	return err
+}
+
+func (s *Server) refreshLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		s.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refresh reloads the membership; on failure the last one is kept.
+func (s *Server) refresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
+	defer cancel()
+	var peers []Peer
+	if s.cfg.Peers != nil {
+		ps, err := s.cfg.Peers(ctx)
+		if err != nil {
+			s.log.Warn("peer refresh failed", "err", err)
+			return
+		}
+		peers = ps
+	} else {
+		rr, err := s.router.Route(ctx, "edgecache", "")
+		if err != nil {
+			s.log.Warn("peer refresh failed", "err", err)
+			return
+		}
+		for _, ep := range append(rr.GetPrimary(), rr.GetSecondary()...) {
+			if ep.GetRegion() == s.region {
+				peers = append(peers, Peer{ID: ep.GetNodeId(), Addr: ep.GetAddr()})
+			}
+		}
+	}
+	s.SetPeers(peers)
+}
+
+// conn returns a pooled connection to a gRPC address.
+func (s *Server) conn(addr string) (*grpc.ClientConn, error) {
+	if s.router != nil {
+		return s.router.Conn(addr)
+	}
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if c, ok := s.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := node.Dial(addr, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.conns[addr] = c
+	return c, nil
+}

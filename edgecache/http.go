@@ -1,0 +1,152 @@
+package edgecache
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HTTP headers and query parameters naming the caller.
+const (
+	HeaderBusiness = "Willow-Business"
+	HeaderUser     = "Willow-User"
+	cacheControl   = "public, max-age=31536000, immutable"
+)
+
+// SignURL returns path (/m/{id}/{variant}) with the query ?exp=UNIX&sig=HEX
+// that a node configured with URLSecret secret accepts until exp. The
+// signature is HMAC-SHA256 of "PATH\nEXP" under secret, in hex.
+func SignURL(secret []byte, path string, exp time.Time) string {
+	e := strconv.FormatInt(exp.Unix(), 10)
+	return path + "?exp=" + e + "&sig=" + sign(secret, path, e)
+}
+
+func sign(secret []byte, path, exp string) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(path + "\n" + exp))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// verifyURL checks the signature and expiry of a request; errors wrap
+// ErrForbidden.
+func (s *Server) verifyURL(path string, q url.Values) error {
+	exp, sig := q.Get("exp"), q.Get("sig")
+	e, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil || sig == "" {
+		return errors.Join(ErrForbidden, errors.New("missing exp or sig"))
+	}
+	if !hmac.Equal([]byte(sig), []byte(sign(s.cfg.URLSecret, path, exp))) {
+		return errors.Join(ErrForbidden, errors.New("signature mismatch"))
+	}
+	if s.now().Unix() > e {
+		return errors.Join(ErrForbidden, errors.New("url expired"))
+	}
+	return nil
+}
+
+// serveHTTP serves GET and HEAD /m/{id}/{variant}.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSONError(w, http.StatusMethodNotAllowed, "method", "only GET and HEAD")
+		return
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/m/")
+	if !ok {
+		writeJSONError(w, http.StatusNotFound, "not_found", "no such path; want /m/{id}/{variant}")
+		return
+	}
+	idStr, variant, ok := strings.Cut(rest, "/")
+	if !ok || strings.Contains(variant, "/") {
+		writeJSONError(w, http.StatusBadRequest, "bad_id", "want /m/{id}/{variant}")
+		return
+	}
+	var q url.Values
+	if r.URL.RawQuery != "" {
+		q = r.URL.Query()
+	}
+	if len(s.cfg.URLSecret) > 0 {
+		if err := s.verifyURL(r.URL.Path, q); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	business := r.Header.Get(HeaderBusiness)
+	if business == "" {
+		business = q.Get("b")
+	}
+	user := r.Header.Get(HeaderUser)
+	if user == "" {
+		user = q.Get("u")
+	}
+	if err := s.admit(business, user); err != nil {
+		writeError(w, err)
+		return
+	}
+	o, tier, err := s.lookup(r.Context(), idStr, variant, false)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.m.hit(tier)
+	h := w.Header()
+	h["Content-Type"] = []string{o.contentType}
+	h["Etag"] = []string{o.etag}
+	h["Cache-Control"] = []string{cacheControl}
+	cw := countingWriter{ResponseWriter: w}
+	http.ServeContent(&cw, r, "", time.Time{}, bytes.NewReader(o.data))
+	s.m.bytesHTTP.Add(float64(cw.n))
+}
+
+// countingWriter counts body bytes written.
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// writeError is the one place errors become HTTP statuses.
+func writeError(w http.ResponseWriter, err error) {
+	code, reason := http.StatusInternalServerError, "internal"
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		code, reason = http.StatusBadRequest, "bad_id"
+	case errors.Is(err, ErrProcessing):
+		code, reason = http.StatusNotFound, "processing"
+	case errors.Is(err, ErrNotFound):
+		code, reason = http.StatusNotFound, "not_found"
+	case errors.Is(err, ErrForbidden):
+		code, reason = http.StatusForbidden, "signature"
+	case errors.Is(err, ErrShed):
+		w.Header().Set("Retry-After", strconv.Itoa(int(DefaultRetryAfter/time.Second)))
+		code, reason = http.StatusTooManyRequests, "shed_ratio"
+	case errors.Is(err, ErrTooLarge):
+		code, reason = http.StatusBadGateway, "too_large"
+	case errors.Is(err, ErrOrigin), errors.Is(err, context.DeadlineExceeded):
+		code, reason = http.StatusServiceUnavailable, "origin"
+	case errors.Is(err, context.Canceled):
+		code, reason = 499, "canceled"
+	}
+	writeJSONError(w, code, reason, err.Error())
+}
+
+func writeJSONError(w http.ResponseWriter, code int, reason, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg, "reason": reason})
+}
