@@ -6,10 +6,13 @@ import (
 )
 
 // Budget is a retry budget: retries may be at most ratio of the requests
-// seen over a sliding window, so retries cannot multiply a peak. It keeps
-// per-second buckets; it is safe for concurrent use.
+// seen over a sliding window, plus a small floor (minRetries per window) so
+// a caller with little traffic can still fail over, as Finagle's retry
+// budget does. Retries cannot multiply a peak. It keeps per-second buckets;
+// it is safe for concurrent use.
 type Budget struct {
 	ratio  float64
+	floor  int64
 	window time.Duration
 	now    func() time.Time
 
@@ -23,9 +26,9 @@ type budgetBucket struct {
 	retries  int64
 }
 
-// NewBudget returns a budget allowing ratio retries per request over
-// window (rounded up to whole seconds).
-func NewBudget(ratio float64, window time.Duration, now func() time.Time) *Budget {
+// NewBudget returns a budget allowing ratio retries per request, plus
+// minRetries, over window (rounded up to whole seconds).
+func NewBudget(ratio float64, window time.Duration, minRetries int, now func() time.Time) *Budget {
 	n := int((window + time.Second - 1) / time.Second)
 	if n < 1 {
 		n = 1
@@ -33,7 +36,7 @@ func NewBudget(ratio float64, window time.Duration, now func() time.Time) *Budge
 	if now == nil {
 		now = time.Now
 	}
-	return &Budget{ratio: ratio, window: window, now: now, buckets: make([]budgetBucket, n)}
+	return &Budget{ratio: ratio, floor: int64(minRetries), window: window, now: now, buckets: make([]budgetBucket, n)}
 }
 
 func (b *Budget) bucket() *budgetBucket {
@@ -70,7 +73,7 @@ func (b *Budget) AllowRetry() bool {
 	defer b.mu.Unlock()
 	bk := b.bucket()
 	req, ret := b.totals()
-	if float64(ret+1) > b.ratio*float64(req) {
+	if float64(ret+1) > b.ratio*float64(req)+float64(b.floor) {
 		return false
 	}
 	bk.retries++

@@ -25,6 +25,7 @@ const (
 	DefaultMaxRetries   = 2
 	DefaultRetryRatio   = 0.1
 	DefaultBudgetWindow = 10 * time.Second
+	DefaultMinRetries   = 5
 	// MaxRetryAfter caps how long Call sleeps for a server's retry-after.
 	MaxRetryAfter = 2 * time.Second
 )
@@ -48,6 +49,9 @@ type RouterConfig struct {
 	RetryRatio float64
 	// BudgetWindow; default DefaultBudgetWindow.
 	BudgetWindow time.Duration
+	// MinRetries is the budget's floor per window, so a quiet caller can
+	// still fail over; default DefaultMinRetries, negative for none.
+	MinRetries int
 	// RouteTimeout bounds one Route call; default DefaultRouteTimeout.
 	RouteTimeout time.Duration
 	// Now; default time.Now.
@@ -91,6 +95,11 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if cfg.BudgetWindow <= 0 {
 		cfg.BudgetWindow = DefaultBudgetWindow
 	}
+	if cfg.MinRetries == 0 {
+		cfg.MinRetries = DefaultMinRetries
+	} else if cfg.MinRetries < 0 {
+		cfg.MinRetries = 0
+	}
 	if cfg.RouteTimeout <= 0 {
 		cfg.RouteTimeout = DefaultRouteTimeout
 	}
@@ -109,7 +118,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	return &Router{
 		cfg:     cfg,
 		masters: masters,
-		budget:  NewBudget(cfg.RetryRatio, cfg.BudgetWindow, cfg.Now),
+		budget:  NewBudget(cfg.RetryRatio, cfg.BudgetWindow, cfg.MinRetries, cfg.Now),
 		routes:  map[routeKey]cachedRoute{},
 		conns:   map[string]*grpc.ClientConn{},
 	}, nil

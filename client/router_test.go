@@ -1,0 +1,174 @@
+package client_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"willow/client"
+	willowv1 "willow/proto/willow/v1"
+)
+
+// fakeMaster answers Route from a fixed reply and counts calls.
+type fakeMaster struct {
+	willowv1.UnimplementedMasterServer
+	mu    sync.Mutex
+	reply *willowv1.RouteResponse
+	calls atomic.Int32
+}
+
+func (f *fakeMaster) Route(ctx context.Context, req *willowv1.RouteRequest) (*willowv1.RouteResponse, error) {
+	f.calls.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reply, nil
+}
+
+func serveMaster(t *testing.T, fm *fakeMaster) (addr string, stop func()) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	willowv1.RegisterMasterServer(s, fm)
+	go s.Serve(l)
+	t.Cleanup(s.Stop)
+	return l.Addr().String(), s.Stop
+}
+
+func reply(retries string) *willowv1.RouteResponse {
+	return &willowv1.RouteResponse{
+		Primary:         []*willowv1.Endpoint{{NodeId: "a1", Addr: "127.0.0.1:1", Region: "a"}, {NodeId: "a2", Addr: "127.0.0.1:2", Region: "a"}},
+		Secondary:       []*willowv1.Endpoint{{NodeId: "b1", Addr: "127.0.0.1:3", Region: "b"}, {NodeId: "b2", Addr: "127.0.0.1:4", Region: "b"}, {NodeId: "b3", Addr: "127.0.0.1:5", Region: "b"}},
+		PrimaryRegion:   "a",
+		SecondaryRegion: "b",
+		TtlMs:           60_000,
+		Flex:            &willowv1.FlexState{Version: 1, Knobs: map[string]string{"retries": retries}},
+	}
+}
+
+func newRouter(t *testing.T, addr string, now func() time.Time) *client.Router {
+	t.Helper()
+	r, err := client.NewRouter(client.RouterConfig{MasterAddr: addr, Region: "a", Now: now,
+		Sleep: func(context.Context, time.Duration) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func TestRouteCachedAndKeptWhenMasterDown(t *testing.T) {
+	fm := &fakeMaster{reply: reply("on")}
+	addr, stop := serveMaster(t, fm)
+	now := time.Unix(1000, 0)
+	r := newRouter(t, addr, func() time.Time { return now })
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := r.Route(ctx, "upload", "moments"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fm.calls.Load(); n != 1 {
+		t.Fatalf("master asked %d times within the TTL, want 1", n)
+	}
+	stop()
+	now = now.Add(2 * time.Minute) // past the TTL
+	resp, err := r.Route(ctx, "upload", "moments")
+	if err != nil || len(resp.GetPrimary()) != 2 {
+		t.Fatalf("with the master down Route = %v, %v; want the last good answer", resp, err)
+	}
+}
+
+func TestCallFailsOverToOtherRegion(t *testing.T) {
+	tests := []struct {
+		name      string
+		retries   string
+		failWith  codes.Code
+		wantTried []string
+		wantErr   bool
+	}{
+		{"unavailable retries twice on region b", "on", codes.Unavailable, []string{"a", "b", "b"}, true},
+		{"retries off: no retry", "off", codes.Unavailable, []string{"a"}, true},
+		{"client error: no retry", "on", codes.InvalidArgument, []string{"a"}, true},
+		{"success: one attempt", "on", codes.OK, []string{"a"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := serveMaster(t, &fakeMaster{reply: reply(tc.retries)})
+			r := newRouter(t, addr, nil)
+			var tried []string
+			err := r.Call(context.Background(), "upload", "moments", func(ctx context.Context, _ *grpc.ClientConn, ep *willowv1.Endpoint) error {
+				tried = append(tried, ep.GetRegion())
+				if tc.failWith == codes.OK {
+					return nil
+				}
+				return status.Error(tc.failWith, "boom")
+			})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if len(tried) != len(tc.wantTried) {
+				t.Fatalf("tried %v, want %v", tried, tc.wantTried)
+			}
+			for i := range tried {
+				if tried[i] != tc.wantTried[i] {
+					t.Fatalf("tried %v, want %v", tried, tc.wantTried)
+				}
+			}
+		})
+	}
+}
+
+func TestRetryBudgetCapsRetries(t *testing.T) {
+	addr, _ := serveMaster(t, &fakeMaster{reply: reply("on")})
+	now := time.Unix(5000, 0)
+	r := newRouter(t, addr, func() time.Time { return now })
+	var attempts, calls int
+	for i := 0; i < 1000; i++ {
+		calls++
+		_ = r.Call(context.Background(), "upload", "moments", func(context.Context, *grpc.ClientConn, *willowv1.Endpoint) error {
+			attempts++
+			return status.Error(codes.Unavailable, "down")
+		})
+		if i%100 == 99 {
+			now = now.Add(time.Second)
+		}
+	}
+	retries := attempts - calls
+	if retries > calls/10+client.DefaultMinRetries {
+		t.Fatalf("%d retries for %d calls: over the 10%% budget", retries, calls)
+	}
+	if retries == 0 {
+		t.Fatal("no retries at all: the budget should allow some")
+	}
+}
+
+func TestBudgetSlidingWindow(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := client.NewBudget(0.1, 10*time.Second, 0, func() time.Time { return now })
+	for i := 0; i < 100; i++ {
+		b.OnRequest()
+	}
+	allowed := 0
+	for i := 0; i < 50; i++ {
+		if b.AllowRetry() {
+			allowed++
+		}
+	}
+	if allowed != 10 {
+		t.Fatalf("allowed %d retries for 100 requests, want 10", allowed)
+	}
+	now = now.Add(11 * time.Second) // the window has passed
+	if b.AllowRetry() {
+		t.Fatal("retry allowed with no requests in the window")
+	}
+}
