@@ -15,8 +15,8 @@ import (
 
 	"willow/flex"
 	"willow/node"
-	"willow/rpcstatus"
 	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
 )
 
 // Defaults.
