@@ -1,0 +1,450 @@
+package timeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+
+	"willow/flex"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
+)
+
+// Defaults for Config.
+const (
+	DefaultKeyPrefix       = "willow:tl:"
+	DefaultMaxInbox        = 1000
+	DefaultReleaseBatch    = 100
+	DefaultFanoutBatch     = 500
+	DefaultPollLimit       = 100
+	MaxPollLimit           = 1000
+	DefaultIdleInterval    = 250 * time.Millisecond
+	DefaultRefreshInterval = time.Second
+	DefaultRedisTimeout    = 5 * time.Second
+	// MaxIDLen bounds user, post and media IDs (bytes).
+	MaxIDLen = 256
+	// MaxMedia bounds the media IDs of one post.
+	MaxMedia = 64
+)
+
+// Sentinel errors; the RPC edge turns them into gRPC statuses.
+var (
+	ErrBadRequest = errors.New("timeline: bad request")
+	ErrBadCursor  = errors.New("timeline: bad cursor")
+)
+
+// Config configures a timeline service. Zero values mean the default.
+type Config struct {
+	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix.
+	KeyPrefix string
+	// MaxInbox is the number of items kept per inbox (oldest dropped
+	// first); default DefaultMaxInbox.
+	MaxInbox int
+	// ReleaseBatch is the most items one release step moves; default
+	// DefaultReleaseBatch.
+	ReleaseBatch int
+	// FanoutBatch is the number of followers handled per Redis script
+	// while publishing; default DefaultFanoutBatch.
+	FanoutBatch int
+	// IdleInterval is how often the release loop looks for work when
+	// there is none (a knob change wakes it at once); default
+	// DefaultIdleInterval.
+	IdleInterval time.Duration
+	// RefreshInterval is how often the held-items gauges and the release
+	// rate are read from Redis; default DefaultRefreshInterval.
+	RefreshInterval time.Duration
+	// RedisTimeout bounds each Redis call of the background loops;
+	// default DefaultRedisTimeout.
+	RedisTimeout time.Duration
+}
+
+// Deps are the service's dependencies.
+type Deps struct {
+	// Node is the node runtime the service registers on; required.
+	Node *node.Node
+	// Redis holds all timeline state; required. A single instance, not
+	// Redis Cluster (see the package doc).
+	Redis redis.UniversalClient
+	// Now gives posted-at times and held ages; default time.Now.
+	Now func() time.Time
+	// Rand jitters the release loop; default a randomly seeded source.
+	Rand *rand.Rand
+	// Logger; default the node's.
+	Logger *slog.Logger
+}
+
+// Server implements willowv1.TimelineServer and runs the release loop.
+type Server struct {
+	willowv1.UnimplementedTimelineServer
+	cfg  Config
+	node *node.Node
+	rdb  redis.UniversalClient
+	now  func() time.Time
+	log  *slog.Logger
+	m    *metrics
+
+	randMu sync.Mutex // guards rnd
+	rnd    *rand.Rand
+
+	wake chan struct{}
+
+	// Last figures read from Redis by the refresher.
+	heldItems   atomic.Int64
+	heldUsers   atomic.Int64
+	releasePerS atomic.Uint64 // float64 bits
+}
+
+var _ willowv1.TimelineServer = (*Server)(nil)
+
+// New validates cfg, builds the service and registers it on deps.Node's
+// gRPC server. It returns an error when a dependency is missing or a
+// setting is negative.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if deps.Node == nil || deps.Redis == nil {
+		return nil, errors.New("timeline: Node and Redis are required")
+	}
+	if cfg.MaxInbox < 0 || cfg.ReleaseBatch < 0 || cfg.FanoutBatch < 0 ||
+		cfg.IdleInterval < 0 || cfg.RefreshInterval < 0 || cfg.RedisTimeout < 0 {
+		return nil, errors.New("timeline: negative setting in Config")
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = DefaultKeyPrefix
+	}
+	if cfg.MaxInbox == 0 {
+		cfg.MaxInbox = DefaultMaxInbox
+	}
+	if cfg.ReleaseBatch == 0 {
+		cfg.ReleaseBatch = DefaultReleaseBatch
+	}
+	if cfg.FanoutBatch == 0 {
+		cfg.FanoutBatch = DefaultFanoutBatch
+	}
+	if cfg.IdleInterval == 0 {
+		cfg.IdleInterval = DefaultIdleInterval
+	}
+	if cfg.RefreshInterval == 0 {
+		cfg.RefreshInterval = DefaultRefreshInterval
+	}
+	if cfg.RedisTimeout == 0 {
+		cfg.RedisTimeout = DefaultRedisTimeout
+	}
+	s := &Server{
+		cfg:  cfg,
+		node: deps.Node,
+		rdb:  deps.Redis,
+		now:  deps.Now,
+		log:  deps.Logger,
+		rnd:  deps.Rand,
+		wake: make(chan struct{}, 1),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = deps.Node.Logger()
+	}
+	if s.rnd == nil {
+		s.rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	m, err := newMetrics(deps.Node.Registry())
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	deps.Node.OnKnobs(func(flex.Knobs) { s.poke() })
+	willowv1.RegisterTimelineServer(deps.Node.Server(), s)
+	return s, nil
+}
+
+// poke wakes the release loop (a knob changed).
+func (s *Server) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) key(parts ...string) string {
+	k := s.cfg.KeyPrefix
+	for _, p := range parts {
+		k += p
+	}
+	return k
+}
+
+// ref is the inbox member naming a post; IDs contain no spaces.
+func ref(author, post string) string { return author + " " + post }
+
+func checkID(what, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: %s is empty", ErrBadRequest, what)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrBadRequest, what, MaxIDLen)
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%w: %s is not UTF-8", ErrBadRequest, what)
+	}
+	for _, r := range id {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Errorf("%w: %s %q contains spaces or control characters", ErrBadRequest, what, id)
+		}
+	}
+	return nil
+}
+
+// status converts an internal error into the gRPC error the RPCs return.
+func status(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrBadRequest):
+		return rpcstatus.New(codes.InvalidArgument, "bad_request", "%v", err)
+	case errors.Is(err, ErrBadCursor):
+		return rpcstatus.New(codes.InvalidArgument, "bad_cursor", "%v", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return rpcstatus.New(codes.DeadlineExceeded, "deadline", "%v", err)
+	case errors.Is(err, context.Canceled):
+		return rpcstatus.New(codes.Canceled, "canceled", "%v", err)
+	}
+	return rpcstatus.New(codes.Unavailable, "redis", "%v", err)
+}
+
+// Follow makes req.Follower follow req.Author. Idempotent.
+func (s *Server) Follow(ctx context.Context, req *willowv1.FollowRequest) (*willowv1.FollowResponse, error) {
+	if err := s.checkFollow(req); err != nil {
+		return nil, status(err)
+	}
+	if err := s.rdb.SAdd(ctx, s.key("f:", req.GetAuthor()), req.GetFollower()).Err(); err != nil {
+		return nil, status(fmt.Errorf("timeline: follow: %w", err))
+	}
+	return &willowv1.FollowResponse{}, nil
+}
+
+// Unfollow undoes Follow. Idempotent; items already delivered or held stay.
+func (s *Server) Unfollow(ctx context.Context, req *willowv1.FollowRequest) (*willowv1.FollowResponse, error) {
+	if err := s.checkFollow(req); err != nil {
+		return nil, status(err)
+	}
+	if err := s.rdb.SRem(ctx, s.key("f:", req.GetAuthor()), req.GetFollower()).Err(); err != nil {
+		return nil, status(fmt.Errorf("timeline: unfollow: %w", err))
+	}
+	return &willowv1.FollowResponse{}, nil
+}
+
+func (s *Server) checkFollow(req *willowv1.FollowRequest) error {
+	if err := checkID("follower", req.GetFollower()); err != nil {
+		return err
+	}
+	if err := checkID("author", req.GetAuthor()); err != nil {
+		return err
+	}
+	if req.GetFollower() == req.GetAuthor() {
+		return fmt.Errorf("%w: a user cannot follow themselves (authors always see their own posts)", ErrBadRequest)
+	}
+	return nil
+}
+
+// Publish fans a post out: to the author's own inbox, and to each
+// follower's inbox, or held list when the follower is delayed. It is
+// idempotent per (author, post ID): a repeat returns the first outcome.
+// Delivered counts the author's own inbox.
+func (s *Server) Publish(ctx context.Context, req *willowv1.PublishRequest) (*willowv1.PublishResponse, error) {
+	d, h, err := s.publish(ctx, req.GetAuthor(), req.GetPostId(), req.GetMediaIds())
+	if err != nil {
+		return nil, status(err)
+	}
+	return &willowv1.PublishResponse{Delivered: int32(d), Held: int32(h)}, nil
+}
+
+func (s *Server) publish(ctx context.Context, author, post string, media []string) (delivered, held int, err error) {
+	if err := checkID("author", author); err != nil {
+		return 0, 0, err
+	}
+	if err := checkID("post_id", post); err != nil {
+		return 0, 0, err
+	}
+	if len(media) > MaxMedia {
+		return 0, 0, fmt.Errorf("%w: more than %d media IDs", ErrBadRequest, MaxMedia)
+	}
+	for _, id := range media {
+		if err := checkID("media_id", id); err != nil {
+			return 0, 0, err
+		}
+	}
+	r := ref(author, post)
+	pk := s.key("p:", r)
+	mj, err := json.Marshal(media)
+	if err != nil {
+		return 0, 0, fmt.Errorf("timeline: publish: %w", err)
+	}
+	// Create the post record once; a repeat keeps the first media and time.
+	var got *redis.SliceCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSetNX(ctx, pk, "t", s.now().UnixMilli())
+		p.HSetNX(ctx, pk, "m", string(mj))
+		got = p.HMGet(ctx, pk, "t", "done", "d", "h")
+		return nil
+	}); err != nil {
+		return 0, 0, fmt.Errorf("timeline: publish %s: %w", r, err)
+	}
+	v := got.Val()
+	posted, _ := strconv.ParseInt(asString(v[0]), 10, 64)
+	if asString(v[1]) == "1" {
+		d, _ := strconv.Atoi(asString(v[2]))
+		h, _ := strconv.Atoi(asString(v[3]))
+		return d, h, nil
+	}
+	ratio := s.node.Knobs().TimelineDelayRatio
+	seen := map[string]bool{author: true}
+	batch := []any{s.cfg.KeyPrefix, r, posted, "0", s.cfg.MaxInbox,
+		author, "a", HashUnit(author)}
+	flush := func() error {
+		if len(batch) == 5 {
+			return nil
+		}
+		res, err := publishScript.Run(ctx, s.rdb, nil, batch...).Int64Slice()
+		if err != nil {
+			return fmt.Errorf("timeline: publish %s: %w", r, err)
+		}
+		delivered += int(res[0])
+		held += int(res[1])
+		batch = batch[:5]
+		return nil
+	}
+	var cursor uint64
+	for {
+		users, next, err := s.rdb.SScan(ctx, s.key("f:", author), cursor, "", int64(s.cfg.FanoutBatch)).Result()
+		if err != nil {
+			return 0, 0, fmt.Errorf("timeline: publish %s: followers: %w", r, err)
+		}
+		for _, u := range users {
+			if seen[u] {
+				continue
+			}
+			seen[u] = true
+			unit := HashUnit(u)
+			mode := "d"
+			if unit < ratio {
+				mode = "h"
+			}
+			batch = append(batch, u, mode, unit)
+			if (len(batch)-5)/3 >= s.cfg.FanoutBatch {
+				if err := flush(); err != nil {
+					return 0, 0, err
+				}
+			}
+		}
+		cursor = next
+		if cursor == 0 {
+			break
+		}
+	}
+	if err := flush(); err != nil {
+		return 0, 0, err
+	}
+	if err := s.rdb.HSet(ctx, pk, "done", "1", "d", delivered, "h", held).Err(); err != nil {
+		return 0, 0, fmt.Errorf("timeline: publish %s: %w", r, err)
+	}
+	s.m.published.Inc()
+	s.m.delivered.Add(float64(delivered))
+	s.m.held.Add(float64(held))
+	return delivered, held, nil
+}
+
+func asString(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return ""
+}
+
+// Poll returns up to req.Limit items of req.User's inbox after req.Cursor,
+// in delivery order, and the cursor to pass next time (the same cursor
+// when there is nothing new). An empty cursor starts from the beginning.
+func (s *Server) Poll(ctx context.Context, req *willowv1.PollRequest) (*willowv1.PollResponse, error) {
+	items, cur, err := s.poll(ctx, req.GetUser(), req.GetCursor(), int(req.GetLimit()))
+	if err != nil {
+		return nil, status(err)
+	}
+	return &willowv1.PollResponse{Items: items, Cursor: cur}, nil
+}
+
+func (s *Server) poll(ctx context.Context, user, cursor string, limit int) ([]*willowv1.TimelineItem, string, error) {
+	if err := checkID("user", user); err != nil {
+		return nil, "", err
+	}
+	var after int64
+	if cursor != "" {
+		n, err := strconv.ParseInt(cursor, 10, 64)
+		if err != nil || n < 0 {
+			return nil, "", fmt.Errorf("%w: %q", ErrBadCursor, cursor)
+		}
+		after = n
+	}
+	if limit <= 0 {
+		limit = DefaultPollLimit
+	}
+	limit = min(limit, MaxPollLimit)
+	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, s.key("in:", user), &redis.ZRangeBy{
+		Min: "(" + strconv.FormatInt(after, 10), Max: "+inf", Count: int64(limit),
+	}).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("timeline: poll %s: %w", user, err)
+	}
+	if len(zs) == 0 {
+		return nil, strconv.FormatInt(after, 10), nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(zs))
+	for i, z := range zs {
+		cmds[i] = pipe.HMGet(ctx, s.key("p:", z.Member.(string)), "t", "m")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, "", fmt.Errorf("timeline: poll %s: posts: %w", user, err)
+	}
+	items := make([]*willowv1.TimelineItem, 0, len(zs))
+	for i, z := range zs {
+		var author, post string
+		if a, p, ok := strings.Cut(z.Member.(string), " "); ok {
+			author, post = a, p
+		}
+		v := cmds[i].Val()
+		it := &willowv1.TimelineItem{Author: author, PostId: post}
+		it.PostedAtUnixMs, _ = strconv.ParseInt(asString(v[0]), 10, 64)
+		if m := asString(v[1]); m != "" {
+			_ = json.Unmarshal([]byte(m), &it.MediaIds)
+		}
+		items = append(items, it)
+	}
+	return items, strconv.FormatInt(int64(zs[len(zs)-1].Score), 10), nil
+}
+
+// Stats reads the held backlog from Redis.
+func (s *Server) Stats(ctx context.Context, _ *willowv1.TimelineStatsRequest) (*willowv1.TimelineStatsResponse, error) {
+	st, err := s.readStats(ctx)
+	if err != nil {
+		return nil, status(err)
+	}
+	return &willowv1.TimelineStatsResponse{
+		HeldItems:       st.heldItems,
+		HeldUsers:       st.heldUsers,
+		ReleasedTotal:   st.released,
+		OldestHeldAgeMs: st.oldestAgeMs,
+		ReleasePerS:     s.releaseRate(),
+	}, nil
+}
