@@ -1,0 +1,96 @@
+package compress
+
+import (
+	"log/slog"
+	"runtime"
+	"time"
+
+	"willow/flex"
+	"willow/node"
+	"willow/store"
+)
+
+// Defaults. Pool sizing rule (DESIGN.md section 2, docs/compress.md):
+//
+//	Workers  = cores (tasks are CPU-bound; x265 and ffmpeg thread inside one task)
+//	QueueLen = peak tasks/s x seconds per task + headroom, capped so that
+//	           QueueLen / Workers x seconds per task < TaskTimeout
+//
+// Measured here (BENCHMARKS.md "Compress"): about 1.1 s CPU for the three
+// HEIC presets of a 12 MP photo, 0.5 s on the JPEG q50 path; one 2-core box
+// therefore does about 2 photo tasks/s on HEIC and 4/s on JPEG. At a peak of
+// 4 tasks/s x 0.5 s = 2 busy workers, plus headroom for a burst of 1.5 s of
+// arrivals (6 tasks) gives QueueLen 8; a queued task then waits at most
+// 8 / 2 x 1.1 s ≈ 4.4 s, well inside TaskTimeout. Anything beyond is shed
+// with RESOURCE_EXHAUSTED and retried by the upload front from its durable
+// record, which is cheaper than letting tasks time out in the queue.
+const (
+	DefaultQueueLen      = 8
+	DefaultTaskTimeout   = 2 * time.Minute
+	DefaultMaxPixels     = 40_000_000 // 40 MP: phone main cameras are 12-24 MP binned
+	DefaultMaxImageBytes = 50 << 20
+	DefaultMaxVideoBytes = 512 << 20
+	DefaultRetryAfter    = 5 * time.Second
+	DefaultStoreTimeout  = 30 * time.Second
+	// DefaultHEICPreset is the x265 preset libheif encodes with; chosen by
+	// BenchmarkHEICPreset (docs/compress.md).
+	DefaultHEICPreset = "fast"
+	// DefaultX264Preset is the libx264 preset of video transcodes.
+	DefaultX264Preset = "veryfast"
+	// MaxVideoLongEdge is the long edge of the video variant.
+	MaxVideoLongEdge = 1280
+)
+
+const (
+	defaultImageQuality = flex.DefaultImageQuality
+	defaultVideoKbps    = flex.DefaultVideoBitrateKbps
+)
+
+// DefaultWorkers is the worker count when Config.Workers is zero: the
+// number of usable cores.
+func DefaultWorkers() int { return runtime.GOMAXPROCS(0) }
+
+// Config configures a Server. Zero values mean the documented defaults.
+type Config struct {
+	// Workers is how many tasks run at once; default DefaultWorkers().
+	Workers int
+	// QueueLen is how many tasks may wait for a worker; default
+	// DefaultQueueLen. Negative means no queue (0 is the default).
+	QueueLen int
+	// TaskTimeout caps a task's life (queue + work) when the caller's
+	// deadline is later or absent; default DefaultTaskTimeout.
+	TaskTimeout time.Duration
+	// MaxPixels bounds width x height of images and video frames; default
+	// DefaultMaxPixels.
+	MaxPixels int64
+	// MaxImageBytes and MaxVideoBytes bound raw inputs; defaults
+	// DefaultMaxImageBytes and DefaultMaxVideoBytes.
+	MaxImageBytes int64
+	MaxVideoBytes int64
+	// TempDir holds ffmpeg's per-task directories; default os.TempDir().
+	TempDir string
+	// HEICPreset is the x265 preset; default DefaultHEICPreset.
+	HEICPreset string
+	// X264Preset is the libx264 preset; default DefaultX264Preset.
+	X264Preset string
+	// FFmpeg and FFprobe are the binaries; default "ffmpeg", "ffprobe".
+	FFmpeg  string
+	FFprobe string
+	// RetryAfter is the hint sent with overload errors; default
+	// DefaultRetryAfter.
+	RetryAfter time.Duration
+	// StoreTimeout bounds each store call; default DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// Logger; default the node's logger.
+	Logger *slog.Logger
+	// Now; default time.Now.
+	Now func() time.Time
+}
+
+// Deps are the Server's collaborators.
+type Deps struct {
+	// Node is the runtime the server registers on and takes knobs from.
+	Node *node.Node
+	// Store holds raw uploads and receives variants.
+	Store store.Store
+}

@@ -1,0 +1,239 @@
+package compress
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"image"
+	"image/draw"
+	"image/jpeg"
+	"image/png"
+
+	"github.com/disintegration/imaging"
+
+	"willow/media"
+)
+
+// Codecs the image pipeline encodes to.
+const (
+	CodecHEIC = "heic"
+	CodecJPEG = "jpeg"
+	CodecH264 = "h264"
+)
+
+// Preset is one image rendition: its variant name and the long edge it is
+// fitted into. Images are never upscaled.
+type Preset struct {
+	Name     string
+	LongEdge int
+}
+
+// Presets are the image variants, largest first (each is resized from the
+// previous one).
+var Presets = []Preset{
+	{media.VariantLarge, 1920},
+	{media.VariantMedium, 1080},
+	{media.VariantThumb, 240},
+}
+
+// ImageOptions steer Images. Zero values mean the documented defaults.
+type ImageOptions struct {
+	// Codec is CodecHEIC or CodecJPEG; default CodecHEIC.
+	Codec string
+	// Quality is the encoder quality 1..100; default flex.DefaultImageQuality.
+	Quality int
+	// MaxPixels bounds width x height of the input; default DefaultMaxPixels.
+	MaxPixels int64
+	// HEICPreset is the x265 preset; default DefaultHEICPreset.
+	HEICPreset string
+}
+
+// Output is one encoded variant.
+type Output struct {
+	Name        string
+	Codec       string
+	Quality     int // encoder quality, or kbps for video
+	Width       int
+	Height      int
+	ContentType string
+	Data        []byte
+	SHA256      string
+}
+
+func newOutput(name, codec string, quality, w, h int, ct string, data []byte) Output {
+	sum := sha256.Sum256(data)
+	return Output{Name: name, Codec: codec, Quality: quality, Width: w, Height: h,
+		ContentType: ct, Data: data, SHA256: hex.EncodeToString(sum[:])}
+}
+
+// Images makes the preset variants of one image held in data. It checks
+// the header first (ErrPixelBomb, ErrUnsupported, ErrCorrupt), decodes,
+// applies the EXIF orientation, resizes and encodes; the outputs carry no
+// metadata. It returns ctx.Err() (wrapped) if ctx ends between steps.
+func Images(ctx context.Context, data []byte, opt ImageOptions) ([]Output, error) {
+	opt = opt.withDefaults()
+	src, err := DecodeImage(data, opt.MaxPixels)
+	if err != nil {
+		return nil, err
+	}
+	return EncodePresets(ctx, src, opt)
+}
+
+func (o ImageOptions) withDefaults() ImageOptions {
+	if o.Codec == "" {
+		o.Codec = CodecHEIC
+	}
+	if o.Quality <= 0 || o.Quality > 100 {
+		o.Quality = defaultImageQuality
+	}
+	if o.MaxPixels <= 0 {
+		o.MaxPixels = DefaultMaxPixels
+	}
+	if o.HEICPreset == "" {
+		o.HEICPreset = DefaultHEICPreset
+	}
+	return o
+}
+
+// DecodeImage checks the header of data and decodes it upright (EXIF
+// orientation of JPEG input applied, HEIF transformations applied). The
+// error contract is that of CheckHeader plus ErrCorrupt for bad pixel data.
+func DecodeImage(data []byte, maxPixels int64) (image.Image, error) {
+	if maxPixels <= 0 {
+		maxPixels = DefaultMaxPixels
+	}
+	f, _, _, err := CheckHeader(bytes.NewReader(data), maxPixels)
+	if err != nil {
+		return nil, err
+	}
+	switch f {
+	case FormatHEIC:
+		return decodeHEIC(data, maxPixels)
+	case FormatPNG:
+		img, err := png.Decode(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("png: %v: %w", err, ErrCorrupt)
+		}
+		return img, nil
+	default:
+		img, err := jpeg.Decode(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("jpeg: %v: %w", err, ErrCorrupt)
+		}
+		return orient(img, jpegOrientation(data)), nil
+	}
+}
+
+// EncodePresets resizes an upright image to every preset and encodes each.
+func EncodePresets(ctx context.Context, src image.Image, opt ImageOptions) ([]Output, error) {
+	opt = opt.withDefaults()
+	outs := make([]Output, 0, len(Presets))
+	cur := src
+	for _, p := range Presets {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("compress image: %w", err)
+		}
+		cur = fit(cur, p.LongEdge)
+		o, err := encode(toNRGBA(cur), p.Name, opt)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, o)
+	}
+	return outs, nil
+}
+
+// Fit returns the size of a w x h image fitted into long edge, never larger
+// than the original.
+func Fit(w, h, long int) (int, int) {
+	if w <= long && h <= long {
+		return w, h
+	}
+	if w >= h {
+		nh := max(1, (h*long+w/2)/w)
+		return long, nh
+	}
+	nw := max(1, (w*long+h/2)/h)
+	return nw, long
+}
+
+func fit(img image.Image, long int) image.Image {
+	b := img.Bounds()
+	w, h := Fit(b.Dx(), b.Dy(), long)
+	if w == b.Dx() && h == b.Dy() {
+		return img
+	}
+	// imaging widens the filter support by the scale factor, so Linear is a
+	// proper area filter when shrinking; it costs a third of Lanczos.
+	return imaging.Resize(img, w, h, imaging.Linear)
+}
+
+// orient applies EXIF orientation o (1..8) so the image is upright.
+func orient(img image.Image, o int) image.Image {
+	switch o {
+	case 2:
+		return imaging.FlipH(img)
+	case 3:
+		return imaging.Rotate180(img)
+	case 4:
+		return imaging.FlipV(img)
+	case 5:
+		return imaging.Transpose(img)
+	case 6:
+		return imaging.Rotate270(img)
+	case 7:
+		return imaging.Transverse(img)
+	case 8:
+		return imaging.Rotate90(img)
+	}
+	return img
+}
+
+// toNRGBA returns img as an opaque *image.NRGBA (transparent pixels are
+// flattened onto white), reusing it when it already is one and opaque.
+func toNRGBA(img image.Image) *image.NRGBA {
+	n, ok := img.(*image.NRGBA)
+	if !ok || n.Rect.Min != (image.Point{}) {
+		b := img.Bounds()
+		n = image.NewNRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+		draw.Draw(n, n.Rect, img, b.Min, draw.Src)
+	}
+	if n.Opaque() {
+		return n
+	}
+	for i := 0; i+3 < len(n.Pix); i += 4 {
+		a := uint32(n.Pix[i+3])
+		if a == 255 {
+			continue
+		}
+		for c := 0; c < 3; c++ {
+			n.Pix[i+c] = uint8((uint32(n.Pix[i+c])*a + 255*(255-a) + 127) / 255)
+		}
+		n.Pix[i+3] = 255
+	}
+	return n
+}
+
+func encode(img *image.NRGBA, name string, opt ImageOptions) (Output, error) {
+	w, h := img.Rect.Dx(), img.Rect.Dy()
+	switch opt.Codec {
+	case CodecJPEG:
+		var buf bytes.Buffer
+		// An opaque NRGBA has the same bytes as RGBA, which image/jpeg
+		// encodes on its fast path.
+		rgba := &image.RGBA{Pix: img.Pix, Stride: img.Stride, Rect: img.Rect}
+		if err := jpeg.Encode(&buf, rgba, &jpeg.Options{Quality: opt.Quality}); err != nil {
+			return Output{}, fmt.Errorf("encode jpeg: %w", err)
+		}
+		return newOutput(name, CodecJPEG, opt.Quality, w, h, "image/jpeg", buf.Bytes()), nil
+	case CodecHEIC:
+		b, err := encodeHEIC(img, opt.Quality, opt.HEICPreset)
+		if err != nil {
+			return Output{}, fmt.Errorf("encode heic: %w", err)
+		}
+		return newOutput(name, CodecHEIC, opt.Quality, w, h, "image/heic", b), nil
+	}
+	return Output{}, fmt.Errorf("unknown image codec %q", opt.Codec)
+}

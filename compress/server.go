@@ -1,0 +1,442 @@
+package compress
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+
+	"willow/flex"
+	"willow/media"
+	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
+	"willow/store"
+)
+
+// Server is the compress gRPC service: a bounded worker pool in front of
+// Images and Video. Create it with New.
+type Server struct {
+	willowv1.UnimplementedCompressServer
+
+	cfg   Config
+	deps  Deps
+	log   *slog.Logger
+	slots chan struct{} // one token per worker
+	// waiting counts tasks queued for a slot.
+	waiting atomic.Int64
+	q       queueStats
+	m       metrics
+}
+
+var _ willowv1.CompressServer = (*Server)(nil)
+
+type metrics struct {
+	tasks     *prometheus.CounterVec
+	seconds   *prometheus.HistogramVec
+	queueWait prometheus.Histogram
+	cpu       *prometheus.CounterVec
+	outBytes  *prometheus.CounterVec
+}
+
+// New validates cfg, applies defaults and registers the service on
+// deps.Node's gRPC server and its metrics on the node's registry.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if deps.Node == nil || deps.Store == nil {
+		return nil, errors.New("compress: Deps.Node and Deps.Store are required")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers()
+	}
+	switch {
+	case cfg.QueueLen == 0:
+		cfg.QueueLen = DefaultQueueLen
+	case cfg.QueueLen < 0:
+		cfg.QueueLen = 0
+	}
+	if cfg.TaskTimeout <= 0 {
+		cfg.TaskTimeout = DefaultTaskTimeout
+	}
+	if cfg.MaxPixels <= 0 {
+		cfg.MaxPixels = DefaultMaxPixels
+	}
+	if cfg.MaxImageBytes <= 0 {
+		cfg.MaxImageBytes = DefaultMaxImageBytes
+	}
+	if cfg.MaxVideoBytes <= 0 {
+		cfg.MaxVideoBytes = DefaultMaxVideoBytes
+	}
+	if cfg.TempDir == "" {
+		cfg.TempDir = os.TempDir()
+	}
+	if cfg.HEICPreset == "" {
+		cfg.HEICPreset = DefaultHEICPreset
+	}
+	if cfg.X264Preset == "" {
+		cfg.X264Preset = DefaultX264Preset
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = DefaultRetryAfter
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = deps.Node.Logger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if err := os.MkdirAll(cfg.TempDir, 0o755); err != nil {
+		return nil, fmt.Errorf("compress: temp dir: %w", err)
+	}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger.With("svc", "compress"),
+		slots: make(chan struct{}, cfg.Workers)}
+	s.q.now = cfg.Now
+	s.q.waiters = map[uint64]time.Time{}
+	s.m = metrics{
+		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_compress_tasks_total",
+			Help: "Compress tasks by kind, codec and result."}, []string{"kind", "codec", "result"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "willow_compress_task_seconds",
+			Help: "Wall time of compress tasks after queueing.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}, []string{"kind"}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "willow_compress_queue_seconds",
+			Help: "Time tasks waited for a worker.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
+		cpu: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_compress_cpu_seconds_total",
+			Help: "CPU seconds spent by compress tasks (process delta for images, ffmpeg children for video)."}, []string{"kind", "codec"}),
+		outBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_compress_output_bytes_total",
+			Help: "Bytes of variants produced."}, []string{"variant", "codec"}),
+	}
+	reg := deps.Node.Registry()
+	for _, c := range []prometheus.Collector{s.m.tasks, s.m.seconds, s.m.queueWait, s.m.cpu, s.m.outBytes,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "willow_compress_queue_length", Help: "Tasks waiting for a worker."},
+			func() float64 { return float64(s.waiting.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "willow_compress_busy_workers", Help: "Workers running a task."},
+			func() float64 { return float64(len(s.slots)) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("compress: register metrics: %w", err)
+		}
+	}
+	willowv1.RegisterCompressServer(deps.Node.Server(), s)
+	return s, nil
+}
+
+// Run waits until ctx is done; tasks run on the RPC goroutines, bounded by
+// the worker slots. It returns nil.
+func (s *Server) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+// QueueMs is the mean time, in milliseconds, that tasks which started in
+// the last second waited for a worker, counting tasks still waiting at
+// their current age. node.Config.QueueMs reports it to the master.
+func (s *Server) QueueMs() float64 { return s.q.mean() }
+
+// Compress makes the variants of one media item.
+func (s *Server) Compress(ctx context.Context, req *willowv1.CompressRequest) (*willowv1.CompressResponse, error) {
+	resp, err := s.compress(ctx, req)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	return resp, nil
+}
+
+func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*willowv1.CompressResponse, error) {
+	kind := req.GetKind()
+	if kind != willowv1.Kind_KIND_IMAGE && kind != willowv1.Kind_KIND_VIDEO {
+		return nil, errBadRequest("kind must be KIND_IMAGE or KIND_VIDEO")
+	}
+	id, err := media.Parse(req.GetMediaId())
+	if err != nil {
+		return nil, errBadRequest(fmt.Sprintf("media_id: %v", err))
+	}
+	if len(req.GetData()) == 0 && req.GetSourceKey() == "" {
+		return nil, errBadRequest("source_key or data is required")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.TaskTimeout)
+	defer cancel()
+
+	waited, err := s.acquire(ctx)
+	if err != nil {
+		s.m.tasks.WithLabelValues(kindName(kind), "", "overload").Inc()
+		return nil, err
+	}
+	defer func() { <-s.slots }()
+
+	knobs := s.deps.Node.Knobs() // read once: a knob change applies to the next task
+	start := s.cfg.Now()
+	cpu0 := processCPU()
+	var outs []Output
+	var cpu time.Duration
+	codec := knobs.ImageCodec
+	if kind == willowv1.Kind_KIND_IMAGE {
+		outs, err = s.image(ctx, req, knobs)
+		cpu = processCPU() - cpu0
+	} else {
+		codec = CodecH264
+		var res VideoResult
+		res, err = s.video(ctx, req, knobs)
+		outs = res.Outputs
+		cpu = processCPU() - cpu0 + res.CPU
+	}
+	s.m.seconds.WithLabelValues(kindName(kind)).Observe(s.cfg.Now().Sub(start).Seconds())
+	s.m.cpu.WithLabelValues(kindName(kind), codec).Add(cpu.Seconds())
+	if err != nil {
+		s.m.tasks.WithLabelValues(kindName(kind), codec, resultOf(err)).Inc()
+		return nil, err
+	}
+	resp := &willowv1.CompressResponse{CpuSeconds: cpu.Seconds(), QueueMs: float64(waited) / float64(time.Millisecond)}
+	for _, o := range outs {
+		v := &willowv1.Variant{Name: o.Name, Codec: o.Codec, Quality: int32(o.Quality), Width: int32(o.Width),
+			Height: int32(o.Height), Bytes: int64(len(o.Data)), Sha256: o.SHA256, ContentType: o.ContentType}
+		if req.GetReturnData() {
+			v.Data = o.Data
+		} else if err := s.put(ctx, media.VariantKey(id.Key, o.Name), o); err != nil {
+			s.m.tasks.WithLabelValues(kindName(kind), codec, "store_error").Inc()
+			return nil, err
+		}
+		s.m.outBytes.WithLabelValues(o.Name, o.Codec).Add(float64(len(o.Data)))
+		resp.Variants = append(resp.Variants, v)
+	}
+	s.m.tasks.WithLabelValues(kindName(kind), codec, "ok").Inc()
+	s.log.DebugContext(ctx, "compressed", "media", req.GetMediaId(), "codec", codec,
+		"cpu_s", cpu.Seconds(), "queue_ms", resp.QueueMs)
+	return resp, nil
+}
+
+// acquire takes a worker slot, queueing at most QueueLen tasks. A full
+// queue, or a deadline passing in the queue, is ErrOverload.
+func (s *Server) acquire(ctx context.Context) (time.Duration, error) {
+	select {
+	case s.slots <- struct{}{}:
+		s.q.observe(0)
+		s.m.queueWait.Observe(0)
+		return 0, nil
+	default:
+	}
+	if s.waiting.Add(1) > int64(s.cfg.QueueLen) {
+		s.waiting.Add(-1)
+		return 0, fmt.Errorf("queue full (%d waiting): %w", s.cfg.QueueLen, ErrOverload)
+	}
+	defer s.waiting.Add(-1)
+	t0 := s.cfg.Now()
+	tok := s.q.enter(t0)
+	defer s.q.leave(tok)
+	select {
+	case s.slots <- struct{}{}:
+		w := s.cfg.Now().Sub(t0)
+		s.q.observe(w)
+		s.m.queueWait.Observe(w.Seconds())
+		return w, nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("deadline passed in queue after %v: %w", s.cfg.Now().Sub(t0), ErrOverload)
+	}
+}
+
+func (s *Server) source(ctx context.Context, req *willowv1.CompressRequest, limit int64) (io.ReadCloser, error) {
+	if d := req.GetData(); len(d) > 0 {
+		if int64(len(d)) > limit {
+			return nil, fmt.Errorf("inline data %d bytes over %d: %w", len(d), limit, ErrTooLarge)
+		}
+		return io.NopCloser(bytes.NewReader(d)), nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	info, err := s.deps.Store.Stat(sctx, req.GetSourceKey())
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%s: %w", req.GetSourceKey(), ErrSourceMissing)
+		}
+		return nil, fmt.Errorf("stat source: %w", err)
+	}
+	if info.Size > limit {
+		return nil, fmt.Errorf("source %d bytes over %d: %w", info.Size, limit, ErrTooLarge)
+	}
+	// The read is bounded by the task's deadline, not StoreTimeout: big
+	// videos stream for longer than one store call.
+	rc, _, err := s.deps.Store.Get(ctx, req.GetSourceKey())
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%s: %w", req.GetSourceKey(), ErrSourceMissing)
+		}
+		return nil, fmt.Errorf("get source: %w", err)
+	}
+	return rc, nil
+}
+
+func (s *Server) image(ctx context.Context, req *willowv1.CompressRequest, k flex.Knobs) ([]Output, error) {
+	rc, err := s.source(ctx, req, s.cfg.MaxImageBytes)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, s.cfg.MaxImageBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read source: %w", err)
+	}
+	if int64(len(data)) > s.cfg.MaxImageBytes {
+		return nil, fmt.Errorf("source over %d bytes: %w", s.cfg.MaxImageBytes, ErrTooLarge)
+	}
+	return Images(ctx, data, ImageOptions{Codec: k.ImageCodec, Quality: k.ImageQuality,
+		MaxPixels: s.cfg.MaxPixels, HEICPreset: s.cfg.HEICPreset})
+}
+
+func (s *Server) video(ctx context.Context, req *willowv1.CompressRequest, k flex.Knobs) (VideoResult, error) {
+	rc, err := s.source(ctx, req, s.cfg.MaxVideoBytes)
+	if err != nil {
+		return VideoResult{}, err
+	}
+	defer rc.Close()
+	return Video(ctx, rc, VideoOptions{BitrateKbps: k.VideoBitrateKbps, MaxPixels: s.cfg.MaxPixels,
+		MaxBytes: s.cfg.MaxVideoBytes, TempDir: s.cfg.TempDir, X264Preset: s.cfg.X264Preset,
+		FFmpeg: s.cfg.FFmpeg, FFprobe: s.cfg.FFprobe})
+}
+
+func (s *Server) put(ctx context.Context, key string, o Output) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	if err := s.deps.Store.Put(ctx, key, bytes.NewReader(o.Data), int64(len(o.Data)), o.ContentType); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+type badRequest string
+
+func (e badRequest) Error() string { return string(e) }
+
+func errBadRequest(msg string) error { return badRequest(msg) }
+
+// status turns a pipeline error into the gRPC error callers see; this is
+// the only place that does.
+func (s *Server) status(err error) error {
+	var br badRequest
+	switch {
+	case errors.As(err, &br):
+		return rpcstatus.New(codes.InvalidArgument, "bad_request", "compress: %v", err)
+	case errors.Is(err, ErrPixelBomb):
+		return rpcstatus.New(codes.InvalidArgument, "pixel_bomb", "compress: %v", err)
+	case errors.Is(err, ErrTooLarge):
+		return rpcstatus.New(codes.InvalidArgument, "too_large", "compress: %v", err)
+	case errors.Is(err, ErrUnsupported):
+		return rpcstatus.New(codes.InvalidArgument, "unsupported_media", "compress: %v", err)
+	case errors.Is(err, ErrCorrupt):
+		return rpcstatus.New(codes.InvalidArgument, "corrupt_media", "compress: %v", err)
+	case errors.Is(err, ErrSourceMissing):
+		return rpcstatus.New(codes.NotFound, "source_missing", "compress: %v", err)
+	case errors.Is(err, ErrOverload), errors.Is(err, context.DeadlineExceeded):
+		return rpcstatus.Overload("overload", s.cfg.RetryAfter, "compress: %v", err)
+	case errors.Is(err, context.Canceled):
+		return rpcstatus.New(codes.Canceled, "canceled", "compress: %v", err)
+	case errors.Is(err, ErrVerify):
+		return rpcstatus.New(codes.Internal, "verify_failed", "compress: %v", err)
+	}
+	s.log.Error("compress failed", "err", err)
+	return rpcstatus.New(codes.Internal, "internal", "compress: %v", err)
+}
+
+func resultOf(err error) string {
+	switch {
+	case errors.Is(err, ErrPixelBomb):
+		return "pixel_bomb"
+	case errors.Is(err, ErrCorrupt), errors.Is(err, ErrUnsupported):
+		return "corrupt_media"
+	case errors.Is(err, ErrTooLarge):
+		return "too_large"
+	case errors.Is(err, ErrSourceMissing):
+		return "source_missing"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrOverload):
+		return "overload"
+	}
+	return "error"
+}
+
+func kindName(k willowv1.Kind) string {
+	if k == willowv1.Kind_KIND_VIDEO {
+		return "video"
+	}
+	return "image"
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// queueStats keeps the queueing times of the last second.
+type queueStats struct {
+	now     func() time.Time
+	mu      sync.Mutex // guards the fields below
+	samples []queueSample
+	waiters map[uint64]time.Time
+	next    uint64
+}
+
+type queueSample struct {
+	at time.Time
+	d  time.Duration
+}
+
+func (q *queueStats) observe(d time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	q.samples = append(q.samples, queueSample{now, d})
+	q.trim(now)
+}
+
+func (q *queueStats) trim(now time.Time) {
+	i := 0
+	for i < len(q.samples) && now.Sub(q.samples[i].at) > time.Second {
+		i++
+	}
+	q.samples = append(q.samples[:0], q.samples[i:]...)
+}
+
+func (q *queueStats) enter(t time.Time) uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.next++
+	q.waiters[q.next] = t
+	return q.next
+}
+
+func (q *queueStats) leave(tok uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.waiters, tok)
+}
+
+func (q *queueStats) mean() float64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	q.trim(now)
+	var sum time.Duration
+	n := 0
+	for _, s := range q.samples {
+		sum += s.d
+		n++
+	}
+	for _, t := range q.waiters {
+		sum += now.Sub(t)
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(sum) / float64(n) / float64(time.Millisecond)
+}
