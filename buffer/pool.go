@@ -1,0 +1,850 @@
+package buffer
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SyncPolicy says when appended records are forced to stable storage.
+type SyncPolicy int
+
+const (
+	// SyncEveryAppend fsyncs the segment file before Append or Delete
+	// returns, and the directory whenever a segment file is created or
+	// removed. It is the zero value and the default.
+	SyncEveryAppend SyncPolicy = iota
+	// SyncNone leaves writes in the OS page cache: an acknowledged record
+	// survives the death of the process (kill -9) but not a power loss or
+	// kernel crash. Segments are still fsynced when they are sealed and on
+	// Close.
+	SyncNone
+)
+
+// Defaults.
+const (
+	DefaultMaxSegmentBytes int64 = 256 << 20
+	DefaultName                  = "default"
+
+	segmentExt = ".seg"
+	lockName   = "LOCK"
+	// smallBlob is the size up to which Get reads and verifies a blob into
+	// memory in one pass; larger blobs are verified in a first pass and
+	// streamed (and verified again) in a second.
+	smallBlob = 4 << 20
+	copyBuf   = 256 << 10
+)
+
+// Errors. Returned errors wrap these; test with errors.Is.
+var (
+	// ErrNotFound: the key is not live in the pool.
+	ErrNotFound = errors.New("buffer: not found")
+	// ErrCorrupt: the stored blob no longer matches its checksum.
+	ErrCorrupt = errors.New("buffer: corrupt blob")
+	// ErrSizeMismatch: Append's reader gave more or fewer bytes than size.
+	ErrSizeMismatch = errors.New("buffer: size mismatch")
+	// ErrClosed: the pool has been closed.
+	ErrClosed = errors.New("buffer: pool closed")
+)
+
+// Options configures a Pool. The zero value is valid and means the defaults
+// named on each field.
+type Options struct {
+	// MaxSegmentBytes: once the active segment file would grow past it, the
+	// next record starts a new segment. A single larger record gets a
+	// segment of its own. Default DefaultMaxSegmentBytes (256 MiB).
+	MaxSegmentBytes int64
+	// Sync is the fsync policy; default SyncEveryAppend.
+	Sync SyncPolicy
+	// Now is the clock for AppendedAt and the oldest-item age; default
+	// time.Now.
+	Now func() time.Time
+	// Registerer receives the pool's metrics, labelled pool=Name; optional.
+	// Close unregisters them.
+	Registerer prometheus.Registerer
+	// Name labels the metrics and log lines, e.g. "pool1"; default
+	// DefaultName.
+	Name string
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Entry describes a live blob.
+type Entry struct {
+	Key        string
+	Size       int64
+	Meta       []byte
+	AppendedAt time.Time
+}
+
+// Stats is a snapshot of a pool's contents.
+type Stats struct {
+	// Items and Bytes count live blobs and their blob bytes.
+	Items int
+	Bytes int64
+	// OldestAppendedAt is the AppendedAt of the oldest live blob; zero when
+	// the pool is empty.
+	OldestAppendedAt time.Time
+	// Segments is the number of segment files.
+	Segments int
+	// DeadBytes is the on-disk bytes held by deleted blobs, tombstones and
+	// unreadable records, which Compact can give back.
+	DeadBytes int64
+}
+
+// Pool is an append-only blob store in one directory. It is safe for
+// concurrent use: appends and deletes are serialized, reads run
+// concurrently with them and with Compact.
+type Pool struct {
+	dir  string
+	opts Options
+	log  *slog.Logger
+	lock *os.File
+	m    *metrics
+
+	wmu    sync.Mutex // serializes Append, Delete, Compact, Close; guards the fields below
+	active *segment
+	nextID uint64
+	broken error // set when a failed write could not be undone; appends refuse
+	buf    []byte
+
+	mu       sync.RWMutex // guards the fields below and segment.size/live/targets
+	closed   bool
+	index    map[string]*record
+	order    *list.List // of *record in append order
+	segs     []*segment // all segment files, by id
+	live     int64      // blob bytes of live records
+	liveRecs int64      // on-disk bytes of live records
+	segBytes int64      // sum of segment sizes
+}
+
+type record struct {
+	key        string
+	meta       []byte
+	seg        *segment
+	dataOff    int64
+	size       int64
+	recLen     int64
+	crc        uint32
+	appendedAt int64
+	elem       *list.Element
+}
+
+func (r *record) entry() Entry {
+	return Entry{Key: r.key, Size: r.size, Meta: slices.Clone(r.meta), AppendedAt: time.Unix(0, r.appendedAt)}
+}
+
+type segment struct {
+	id      uint64
+	path    string
+	f       *os.File
+	size    int64               // end of the last valid record; guarded by Pool.mu
+	live    int                 // live records in this segment; guarded by Pool.mu
+	targets map[uint64]struct{} // segments whose records this one's tombstones delete; guarded by Pool.mu
+	refs    atomic.Int64        // the pool's reference plus open readers
+}
+
+func (s *segment) release() {
+	if s.refs.Add(-1) == 0 {
+		_ = s.f.Close()
+	}
+}
+
+func segmentName(id uint64) string { return fmt.Sprintf("%020d%s", id, segmentExt) }
+
+// Open opens the pool in dir, creating the directory if needed. It takes an
+// exclusive lock on the directory (a second Open fails until Close), replays
+// every segment to rebuild the index, and truncates a segment at its first
+// record that is torn or fails its header checksum. In the newest segment,
+// the only one a crash can leave half-written, blob checksums are verified
+// too: a record whose blob fails is dropped (truncated if it is the last).
+func Open(dir string, opts Options) (*Pool, error) {
+	if opts.MaxSegmentBytes <= 0 {
+		opts.MaxSegmentBytes = DefaultMaxSegmentBytes
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Name == "" {
+		opts.Name = DefaultName
+	}
+	if opts.Sync != SyncEveryAppend && opts.Sync != SyncNone {
+		return nil, fmt.Errorf("buffer %s: unknown sync policy %d", opts.Name, opts.Sync)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	p := &Pool{
+		dir:   dir,
+		opts:  opts,
+		log:   log.With("pool", opts.Name),
+		index: make(map[string]*record),
+		order: list.New(),
+		buf:   make([]byte, copyBuf),
+	}
+	p.m = newMetrics(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("buffer %s: open: %w", opts.Name, err)
+	}
+	lf, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("buffer %s: open: %w", opts.Name, err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("buffer %s: open: %s is in use: %w", opts.Name, dir, err)
+	}
+	p.lock = lf
+	if err := p.recover(); err != nil {
+		p.closeFiles()
+		return nil, fmt.Errorf("buffer %s: open: %w", opts.Name, err)
+	}
+	if err := p.m.register(opts.Registerer, opts.Name); err != nil {
+		p.closeFiles()
+		return nil, fmt.Errorf("buffer %s: open: %w", opts.Name, err)
+	}
+	return p, nil
+}
+
+func (p *Pool) recover() error {
+	des, err := os.ReadDir(p.dir)
+	if err != nil {
+		return err
+	}
+	var ids []uint64
+	for _, de := range des {
+		name, ok := strings.CutSuffix(de.Name(), segmentExt)
+		if !ok || !de.Type().IsRegular() {
+			continue
+		}
+		id, err := strconv.ParseUint(name, 10, 64)
+		if err != nil || segmentName(id) != de.Name() {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for i, id := range ids {
+		if err := p.load(id, i == len(ids)-1); err != nil {
+			return err
+		}
+		p.nextID = id + 1
+	}
+	if len(p.segs) > 0 {
+		p.active = p.segs[len(p.segs)-1]
+	}
+	if p.nextID == 0 {
+		p.nextID = 1
+	}
+	return nil
+}
+
+// load replays one segment file into the index.
+func (p *Pool) load(id uint64, newest bool) error {
+	path := filepath.Join(p.dir, segmentName(id))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	seg := &segment{id: id, path: path, f: f, targets: map[uint64]struct{}{}}
+	seg.refs.Store(1)
+	p.segs = append(p.segs, seg)
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	fsize := fi.Size()
+	var (
+		off    int64
+		hb     = make([]byte, headerSize)
+		reason string
+	)
+	for off < fsize {
+		if fsize-off < headerSize {
+			reason = "short header"
+			break
+		}
+		if _, err := f.ReadAt(hb, off); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		h, err := decodeHeader(hb)
+		if err != nil {
+			reason = err.Error()
+			break
+		}
+		kmEnd := off + recordLen(int(h.keyLen), int(h.metaLen), 0)
+		if kmEnd > fsize || h.blobLen > uint64(fsize-kmEnd) {
+			reason = "record runs past end of file"
+			break
+		}
+		km := make([]byte, int(h.keyLen)+int(h.metaLen))
+		if _, err := f.ReadAt(km, off+headerSize); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if headChecksum(hb[:32], km[:h.keyLen], km[h.keyLen:]) != h.headCRC {
+			reason = "header checksum mismatch"
+			break
+		}
+		end := kmEnd + int64(h.blobLen)
+		key := string(km[:h.keyLen])
+		rec := &record{
+			key: key, seg: seg, dataOff: kmEnd, size: int64(h.blobLen),
+			recLen: end - off, crc: h.blobCRC, appendedAt: h.appendedAt,
+		}
+		if h.metaLen > 0 {
+			rec.meta = km[h.keyLen:]
+		}
+		if newest && h.flags&flagTombstone == 0 {
+			ok, err := verifyBlob(f, rec.dataOff, rec.size, rec.crc, p.buf)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			if !ok && end == fsize {
+				reason = "blob checksum mismatch at tail"
+				break
+			}
+			if !ok {
+				p.m.corrupt.Inc()
+				p.log.Warn("buffer: dropping record with corrupt blob", "segment", path, "offset", off, "key", key)
+				seg.size = end
+				p.segBytes += rec.recLen
+				off = end
+				continue
+			}
+		}
+		seg.size = end
+		p.segBytes += rec.recLen
+		if h.flags&flagTombstone != 0 {
+			p.applyTombstone(seg, key)
+		} else {
+			p.applyPut(rec)
+		}
+		off = end
+	}
+	if off < fsize {
+		p.m.corrupt.Inc()
+		p.log.Warn("buffer: truncating segment tail", "segment", path, "offset", off, "dropped_bytes", fsize-off, "reason", reason)
+		if err := f.Truncate(off); err != nil {
+			return fmt.Errorf("truncate %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+func verifyBlob(f *os.File, off, size int64, want uint32, buf []byte) (bool, error) {
+	c := crc32.New(castagnoli)
+	if _, err := io.CopyBuffer(c, io.NewSectionReader(f, off, size), buf); err != nil {
+		return false, err
+	}
+	return c.Sum32() == want, nil
+}
+
+// applyPut makes rec the live record for its key. Callers hold p.mu (or
+// own p exclusively during recovery).
+func (p *Pool) applyPut(rec *record) {
+	if old, ok := p.index[rec.key]; ok {
+		p.unlink(old)
+	}
+	rec.elem = p.order.PushBack(rec)
+	p.index[rec.key] = rec
+	rec.seg.live++
+	p.live += rec.size
+	p.liveRecs += rec.recLen
+}
+
+// applyTombstone deletes key by a tombstone stored in seg.
+func (p *Pool) applyTombstone(seg *segment, key string) {
+	old, ok := p.index[key]
+	if !ok {
+		return
+	}
+	if old.seg != seg {
+		seg.targets[old.seg.id] = struct{}{}
+	}
+	p.unlink(old)
+}
+
+func (p *Pool) unlink(r *record) {
+	delete(p.index, r.key)
+	p.order.Remove(r.elem)
+	r.seg.live--
+	p.live -= r.size
+	p.liveRecs -= r.recLen
+}
+
+// segmentFor returns the segment the next record of length n goes to,
+// sealing the active one and starting a new one when n does not fit.
+// Callers hold p.wmu.
+func (p *Pool) segmentFor(n int64) (*segment, error) {
+	if a := p.active; a != nil {
+		p.mu.RLock()
+		size := a.size
+		p.mu.RUnlock()
+		if size == 0 || size+n <= p.opts.MaxSegmentBytes {
+			return a, nil
+		}
+		// Seal: whatever the policy, a sealed segment is on disk before
+		// any record lands in the next one, so only the newest segment
+		// can ever hold a torn record.
+		if err := a.f.Sync(); err != nil {
+			return nil, fmt.Errorf("seal segment: %w", err)
+		}
+	}
+	id := p.nextID
+	path := filepath.Join(p.dir, segmentName(id))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("new segment: %w", err)
+	}
+	if err := syncDir(p.dir); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("new segment: %w", err)
+	}
+	p.nextID++
+	seg := &segment{id: id, path: path, f: f, targets: map[uint64]struct{}{}}
+	seg.refs.Store(1)
+	p.mu.Lock()
+	p.segs = append(p.segs, seg)
+	p.mu.Unlock()
+	p.active = seg
+	return seg, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// writable reports why appends are refused, if they are. Callers hold p.wmu.
+func (p *Pool) writable() error {
+	p.mu.RLock()
+	closed := p.closed
+	p.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	return p.broken
+}
+
+// Append stores size bytes read from r under key, with meta kept alongside.
+// When it returns nil the blob is durable per the Sync policy and visible to
+// Get, Stat and List. Appending a key that is already live is a no-op that
+// returns nil without reading r. If r yields more or fewer than size bytes
+// the error wraps ErrSizeMismatch; on any error nothing becomes visible and
+// the bytes written are cut off again. Append holds the pool's write lock
+// while it reads r, so r should be a local source (memory, a spool file),
+// not a slow client stream.
+func (p *Pool) Append(ctx context.Context, key string, meta []byte, r io.Reader, size int64) error {
+	if err := p.append(ctx, key, meta, r, size); err != nil {
+		return fmt.Errorf("buffer %s: append %q: %w", p.opts.Name, key, err)
+	}
+	return nil
+}
+
+func (p *Pool) append(ctx context.Context, key string, meta []byte, r io.Reader, size int64) error {
+	switch {
+	case len(key) == 0 || len(key) > MaxKeyLen:
+		return fmt.Errorf("key length %d outside 1..%d", len(key), MaxKeyLen)
+	case len(meta) > MaxMetaLen:
+		return fmt.Errorf("meta length %d over %d", len(meta), MaxMetaLen)
+	case size < 0:
+		return fmt.Errorf("negative size %d: %w", size, ErrSizeMismatch)
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if err := p.writable(); err != nil {
+		return err
+	}
+	p.mu.RLock()
+	_, live := p.index[key]
+	p.mu.RUnlock()
+	if live {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n := recordLen(len(key), len(meta), size)
+	seg, err := p.segmentFor(n)
+	if err != nil {
+		return err
+	}
+	p.mu.RLock()
+	off := seg.size
+	p.mu.RUnlock()
+
+	// 1. Zeroed header (an invalid magic), key and meta.
+	head := make([]byte, headerSize+len(key)+len(meta))
+	copy(head[headerSize:], key)
+	copy(head[headerSize+len(key):], meta)
+	if _, err := seg.f.WriteAt(head, off); err != nil {
+		return p.undo(seg, off, err)
+	}
+	// 2. The blob, checksummed on the way.
+	c := crc32.New(castagnoli)
+	src := io.TeeReader(io.LimitReader(ctxReader{ctx, r}, size), c)
+	dataOff := off + int64(len(head))
+	got, err := io.CopyBuffer(io.NewOffsetWriter(seg.f, dataOff), src, p.buf)
+	if err != nil {
+		return p.undo(seg, off, err)
+	}
+	if got != size {
+		return p.undo(seg, off, fmt.Errorf("read %d bytes, want %d: %w", got, size, ErrSizeMismatch))
+	}
+	var one [1]byte
+	switch k, err := io.ReadAtLeast(ctxReader{ctx, r}, one[:], 1); {
+	case k > 0:
+		return p.undo(seg, off, fmt.Errorf("reader has more than %d bytes: %w", size, ErrSizeMismatch))
+	case err != io.EOF:
+		return p.undo(seg, off, err)
+	}
+	// 3. The real header, last: until it is written the record is invalid.
+	h := header{
+		keyLen: uint16(len(key)), metaLen: uint32(len(meta)), blobLen: uint64(size),
+		appendedAt: p.opts.Now().UnixNano(), blobCRC: c.Sum32(),
+	}
+	h.encode(head, key, meta)
+	if _, err := seg.f.WriteAt(head[:headerSize], off); err != nil {
+		return p.undo(seg, off, err)
+	}
+	if p.opts.Sync == SyncEveryAppend {
+		if err := seg.f.Sync(); err != nil {
+			return p.failSync(seg, off, err)
+		}
+	}
+	rec := &record{
+		key: key, meta: slices.Clone(meta), seg: seg, dataOff: dataOff, size: size,
+		recLen: n, crc: h.blobCRC, appendedAt: h.appendedAt,
+	}
+	if len(meta) == 0 {
+		rec.meta = nil
+	}
+	p.mu.Lock()
+	seg.size = off + n
+	p.segBytes += n
+	p.applyPut(rec)
+	p.mu.Unlock()
+	p.m.appends.Inc()
+	return nil
+}
+
+// undo cuts seg back to off after a failed append. If even that fails the
+// pool stops taking writes: the next record's position would be unknown.
+func (p *Pool) undo(seg *segment, off int64, cause error) error {
+	if err := seg.f.Truncate(off); err != nil {
+		p.broken = fmt.Errorf("buffer %s: segment %s could not be cut back after a failed write (reopen the pool): %w", p.opts.Name, seg.path, err)
+		p.log.Error("buffer: pool disabled", "err", p.broken)
+	}
+	return cause
+}
+
+// failSync handles a failed fsync: the page cache state is unknown after it,
+// so the record is cut off and the pool refuses further writes until reopened.
+func (p *Pool) failSync(seg *segment, off int64, cause error) error {
+	_ = p.undo(seg, off, cause)
+	p.broken = fmt.Errorf("buffer %s: fsync failed (reopen the pool): %w", p.opts.Name, cause)
+	p.log.Error("buffer: pool disabled", "err", p.broken)
+	return fmt.Errorf("fsync: %w", cause)
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
+}
+
+// Get returns the blob stored under key and its entry. The checksum is
+// verified before Get returns: a mismatch gives an error wrapping ErrCorrupt
+// and no bytes. A missing key gives ErrNotFound. The caller must Close the
+// reader; reads stay valid while Compact runs.
+func (p *Pool) Get(key string) (io.ReadCloser, Entry, error) {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return nil, Entry{}, fmt.Errorf("buffer %s: get %q: %w", p.opts.Name, key, ErrClosed)
+	}
+	r, ok := p.index[key]
+	if !ok {
+		p.mu.RUnlock()
+		return nil, Entry{}, fmt.Errorf("buffer %s: get %q: %w", p.opts.Name, key, ErrNotFound)
+	}
+	seg, e, off, size, want := r.seg, r.entry(), r.dataOff, r.size, r.crc
+	seg.refs.Add(1)
+	p.mu.RUnlock()
+
+	corrupt := func() error {
+		p.log.Error("buffer: corrupt blob", "key", key, "segment", seg.path, "offset", off)
+		return fmt.Errorf("buffer %s: get %q: %w", p.opts.Name, key, ErrCorrupt)
+	}
+	if size <= smallBlob {
+		defer seg.release()
+		b := make([]byte, size)
+		if _, err := seg.f.ReadAt(b, off); err != nil {
+			return nil, Entry{}, fmt.Errorf("buffer %s: get %q: %w", p.opts.Name, key, err)
+		}
+		if crc32.Checksum(b, castagnoli) != want {
+			return nil, Entry{}, corrupt()
+		}
+		return io.NopCloser(bytes.NewReader(b)), e, nil
+	}
+	ok, err := verifyBlob(seg.f, off, size, want, make([]byte, copyBuf))
+	if err != nil || !ok {
+		seg.release()
+		if err != nil {
+			return nil, Entry{}, fmt.Errorf("buffer %s: get %q: %w", p.opts.Name, key, err)
+		}
+		return nil, Entry{}, corrupt()
+	}
+	return &blobReader{sr: io.NewSectionReader(seg.f, off, size), crc: crc32.New(castagnoli), want: want, seg: seg}, e, nil
+}
+
+// blobReader streams a large verified blob, checking the checksum again as
+// it goes in case the file changed after verification.
+type blobReader struct {
+	sr   *io.SectionReader
+	crc  hash.Hash32
+	want uint32
+	seg  *segment
+	once sync.Once
+}
+
+func (b *blobReader) Read(buf []byte) (int, error) {
+	n, err := b.sr.Read(buf)
+	b.crc.Write(buf[:n])
+	if err == io.EOF && b.crc.Sum32() != b.want {
+		return n, ErrCorrupt
+	}
+	return n, err
+}
+
+func (b *blobReader) Close() error {
+	b.once.Do(b.seg.release)
+	return nil
+}
+
+// Stat returns the entry for key, or an error wrapping ErrNotFound.
+func (p *Pool) Stat(key string) (Entry, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return Entry{}, fmt.Errorf("buffer %s: stat %q: %w", p.opts.Name, key, ErrClosed)
+	}
+	r, ok := p.index[key]
+	if !ok {
+		return Entry{}, fmt.Errorf("buffer %s: stat %q: %w", p.opts.Name, key, ErrNotFound)
+	}
+	return r.entry(), nil
+}
+
+// Delete removes key by appending a tombstone, durable per the Sync policy
+// when Delete returns nil. Deleting a key that is not live returns nil.
+func (p *Pool) Delete(key string) error {
+	if err := p.delete(key); err != nil {
+		return fmt.Errorf("buffer %s: delete %q: %w", p.opts.Name, key, err)
+	}
+	return nil
+}
+
+func (p *Pool) delete(key string) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if err := p.writable(); err != nil {
+		return err
+	}
+	p.mu.RLock()
+	_, live := p.index[key]
+	p.mu.RUnlock()
+	if !live {
+		return nil
+	}
+	n := recordLen(len(key), 0, 0)
+	seg, err := p.segmentFor(n)
+	if err != nil {
+		return err
+	}
+	p.mu.RLock()
+	off := seg.size
+	p.mu.RUnlock()
+	b := make([]byte, n)
+	copy(b[headerSize:], key)
+	h := header{flags: flagTombstone, keyLen: uint16(len(key)), appendedAt: p.opts.Now().UnixNano()}
+	h.encode(b, key, nil)
+	if _, err := seg.f.WriteAt(b, off); err != nil {
+		return p.undo(seg, off, err)
+	}
+	if p.opts.Sync == SyncEveryAppend {
+		if err := seg.f.Sync(); err != nil {
+			return p.failSync(seg, off, err)
+		}
+	}
+	p.mu.Lock()
+	seg.size = off + n
+	p.segBytes += n
+	p.applyTombstone(seg, key)
+	p.mu.Unlock()
+	p.m.deletes.Inc()
+	return nil
+}
+
+// List returns the live entries, oldest first. It returns nil once the pool
+// is closed.
+func (p *Pool) List() []Entry {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil
+	}
+	out := make([]Entry, 0, p.order.Len())
+	for e := p.order.Front(); e != nil; e = e.Next() {
+		out = append(out, e.Value.(*record).entry())
+	}
+	return out
+}
+
+// Stats returns a snapshot of the pool's contents; zero once closed.
+func (p *Pool) Stats() Stats {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return Stats{}
+	}
+	s := Stats{
+		Items:     p.order.Len(),
+		Bytes:     p.live,
+		Segments:  len(p.segs),
+		DeadBytes: p.segBytes - p.liveRecs,
+	}
+	if f := p.order.Front(); f != nil {
+		s.OldestAppendedAt = time.Unix(0, f.Value.(*record).appendedAt)
+	}
+	return s
+}
+
+// Compact removes every segment file that holds no live blob and whose
+// tombstones no longer shadow a record in an older segment, oldest first,
+// syncing the directory after each removal so a crash midway never brings a
+// deleted blob back. It does not rewrite partly live segments: a pool that
+// is drained (the normal life of a buffer) frees its files segment by
+// segment. Readers holding a removed segment's blob keep reading it.
+func (p *Pool) Compact(ctx context.Context) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if err := p.writable(); err != nil {
+		return fmt.Errorf("buffer %s: compact: %w", p.opts.Name, err)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("buffer %s: compact: %w", p.opts.Name, err)
+		}
+		seg := p.nextDead()
+		if seg == nil {
+			return nil
+		}
+		if err := os.Remove(seg.path); err != nil {
+			return fmt.Errorf("buffer %s: compact: %w", p.opts.Name, err)
+		}
+		if err := syncDir(p.dir); err != nil {
+			return fmt.Errorf("buffer %s: compact: %w", p.opts.Name, err)
+		}
+		p.mu.Lock()
+		p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s == seg })
+		p.segBytes -= seg.size
+		p.mu.Unlock()
+		if seg == p.active {
+			p.active = nil
+		}
+		seg.release()
+	}
+}
+
+// nextDead returns the oldest removable segment, or nil.
+func (p *Pool) nextDead() *segment {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	exists := make(map[uint64]bool, len(p.segs))
+	for _, s := range p.segs {
+		exists[s.id] = true
+	}
+	for _, s := range p.segs {
+		if s.live > 0 {
+			continue
+		}
+		needed := false
+		for t := range s.targets {
+			needed = needed || exists[t]
+		}
+		if !needed {
+			return s
+		}
+	}
+	return nil
+}
+
+// Close syncs the active segment, releases the directory lock and
+// unregisters the metrics. Open readers keep working until closed. Calls
+// after the first return nil.
+func (p *Pool) Close() error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	var err error
+	if p.active != nil && p.broken == nil {
+		err = p.active.f.Sync()
+	}
+	p.m.unregister()
+	p.closeFiles()
+	if err != nil {
+		return fmt.Errorf("buffer %s: close: %w", p.opts.Name, err)
+	}
+	return nil
+}
+
+func (p *Pool) closeFiles() {
+	p.mu.Lock()
+	for _, s := range p.segs {
+		s.release()
+	}
+	p.segs = nil
+	p.mu.Unlock()
+	if p.lock != nil {
+		p.lock.Close() // releases the flock
+	}
+}
