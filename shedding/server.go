@@ -1,0 +1,130 @@
+package shedding
+
+import (
+	"context"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Metadata keys of the request context and the admission level.
+const (
+	MDBusiness       = "willow-business"
+	MDUser           = "willow-user"
+	HeaderAdmitLevel = "willow-admit-level"
+)
+
+type wouldShedKey struct{}
+
+// WouldShed reports, inside the handler of a Deferred method, what
+// admission decided: the reason and true when it would have rejected the
+// request. Outside a Deferred method it reports ("", false).
+func WouldShed(ctx context.Context) (reason string, shed bool) {
+	r, _ := ctx.Value(wouldShedKey{}).(string)
+	return r, r != ""
+}
+
+// requestContext reads business and user from incoming metadata (the last
+// value of each wins).
+func requestContext(ctx context.Context) (business, user string) {
+	return lastOf(metadata.ValueFromIncomingContext(ctx, MDBusiness)),
+		lastOf(metadata.ValueFromIncomingContext(ctx, MDUser))
+}
+
+func lastOf(v []string) string {
+	if len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return ""
+}
+
+// gate runs admission for one call. It returns the context for the handler
+// (carrying WouldShed for Deferred methods), a release func for the slot
+// (nil when none was taken) and the rejection error, if any.
+func (s *Shedder) gate(ctx context.Context, method string, setHeader func(metadata.MD) error) (context.Context, func(), error) {
+	if s.exempt[method] {
+		return ctx, nil, nil
+	}
+	deferred := s.deferred[method]
+	business, user := requestContext(ctx)
+	reason, ok, bi, key := s.admit(business, user)
+	if !deferred {
+		_ = setHeader(metadata.Pairs(HeaderAdmitLevel, strconv.Itoa(int(s.level.Load()))))
+	}
+	if !ok {
+		if deferred {
+			s.metrics.deferredShed(bi, reason)
+			return context.WithValue(ctx, wouldShedKey{}, reason), nil, nil
+		}
+		s.metrics.rejected(bi, reason)
+		if reason == ReasonShedRatio {
+			return ctx, nil, s.errShed
+		}
+		return ctx, nil, s.errOver
+	}
+	if err := s.acquire(ctx, bi, key); err != nil {
+		if ctx.Err() != nil {
+			return ctx, nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if deferred {
+			s.metrics.deferredShed(bi, ReasonOverload)
+			return context.WithValue(ctx, wouldShedKey{}, ReasonOverload), nil, nil
+		}
+		s.metrics.rejected(bi, ReasonOverload)
+		return ctx, nil, s.errOver
+	}
+	s.metrics.admit(bi)
+	return ctx, s.slots.release, nil
+}
+
+// UnaryServerInterceptor applies admission to unary calls: Exempt methods
+// pass untouched; others are shed by ratio, by level or after MaxWait for
+// a slot (RESOURCE_EXHAUSTED, reason shed_ratio or overload, with a
+// retry-after hint), except Deferred methods, whose handler always runs and
+// learns the decision from WouldShed. The admission level goes back in the
+// response header willow-admit-level.
+func (s *Shedder) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if s.exempt[info.FullMethod] {
+			return handler(ctx, req)
+		}
+		ctx, release, err := s.gate(ctx, info.FullMethod, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
+		if err != nil {
+			return nil, err
+		}
+		if release != nil {
+			defer release()
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor is UnaryServerInterceptor for streams: admission
+// is decided when the stream opens and a slot is held until it ends.
+func (s *Shedder) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if s.exempt[info.FullMethod] {
+			return handler(srv, ss)
+		}
+		ctx, release, err := s.gate(ss.Context(), info.FullMethod, ss.SetHeader)
+		if err != nil {
+			return err
+		}
+		if release != nil {
+			defer release()
+		}
+		if ctx != ss.Context() {
+			ss = &ctxStream{ServerStream: ss, ctx: ctx}
+		}
+		return handler(srv, ss)
+	}
+}
+
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *ctxStream) Context() context.Context { return s.ctx }

@@ -1,0 +1,249 @@
+package shedding_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"willow/rpcstatus"
+	"willow/shedding"
+)
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  shedding.Config
+	}{
+		{"negative window", shedding.Config{Window: -time.Second}},
+		{"negative threshold", shedding.Config{QueueThreshold: -1}},
+		{"negative max in flight", shedding.Config{MaxInFlight: -1}},
+		{"priority zero", shedding.Config{Priorities: map[string]int{"moments": 0}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := shedding.New(tt.cfg, shedding.Deps{}); !errors.Is(err, shedding.ErrConfig) {
+				t.Fatalf("New: got %v, want ErrConfig", err)
+			}
+		})
+	}
+}
+
+func TestShedRatioAccuracy(t *testing.T) {
+	const n = 10000
+	for _, ratio := range []float64{0, 0.05, 0.3, 0.5, 0.9, 1} {
+		t.Run(strconv.FormatFloat(ratio, 'f', -1, 64), func(t *testing.T) {
+			s, err := shedding.New(shedding.Config{}, shedding.Deps{Knobs: knobs(map[string]float64{"comment": ratio})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rejected := 0
+			for i := range n {
+				reason, ok := s.Admit("comment", "user-"+strconv.Itoa(i))
+				if !ok {
+					if reason != shedding.ReasonShedRatio {
+						t.Fatalf("reason %q, want %q", reason, shedding.ReasonShedRatio)
+					}
+					rejected++
+				}
+				if _, ok := s.Admit("moments", "user-"+strconv.Itoa(i)); !ok {
+					t.Fatal("moments (no shed_ratio) rejected")
+				}
+			}
+			if got := float64(rejected) / n; math.Abs(got-ratio) > 0.02 {
+				t.Errorf("rejected %.4f of comment requests, want %.2f ± 0.02", got, ratio)
+			}
+		})
+	}
+}
+
+func TestSameUserSameFateWithinHour(t *testing.T) {
+	clk := newClock() // 10:05
+	s, err := shedding.New(shedding.Config{}, shedding.Deps{Now: clk.Now, Knobs: knobs(map[string]float64{"avatar": 0.5})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	decide := func() []bool {
+		out := make([]bool, n)
+		for i := range out {
+			_, out[i] = s.Admit("avatar", fmt.Sprintf("u%d", i))
+		}
+		return out
+	}
+	first := decide()
+	for i := range 5 { // repeated asks within the hour
+		clk.Advance(10 * time.Minute) // up to 10:55
+		again := decide()
+		for u := range again {
+			if again[u] != first[u] {
+				t.Fatalf("round %d: user u%d decision changed within the hour", i, u)
+			}
+		}
+	}
+	clk.Advance(10 * time.Minute) // 11:05
+	next := decide()
+	changed := 0
+	for u := range next {
+		if next[u] != first[u] {
+			changed++
+		}
+	}
+	if changed < n/5 {
+		t.Errorf("next hour: %d of %d users changed fate, want many (about half)", changed, n)
+	}
+	if p1, p2 := shedding.UserPriority(nil, "alice", clk.Now()), shedding.UserPriority(nil, "alice", clk.Now().Add(30*time.Minute)); p1 != p2 && clk.Now().Add(30*time.Minute).Hour() == clk.Now().Hour() {
+		t.Errorf("UserPriority changed within the hour: %d, %d", p1, p2)
+	}
+}
+
+func TestDeferredExemptAndStreams(t *testing.T) {
+	s, err := shedding.New(shedding.Config{
+		Deferred: []string{mBegin},
+		Exempt:   []string{mHealth},
+	}, shedding.Deps{Knobs: knobs(map[string]float64{"avatar": 1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{}
+	cc := serve(t, s, ts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	tests := []struct {
+		name       string
+		method     string
+		business   string
+		wantCode   codes.Code
+		wantReason string // error reason, or WouldShed's answer when OK
+		wantLevel  bool   // header willow-admit-level present
+	}{
+		{"shed by ratio", mWork, "avatar", codes.ResourceExhausted, shedding.ReasonShedRatio, true},
+		{"admitted", mWork, "moments", codes.OK, "", true},
+		{"deferred sees WouldShed", mBegin, "avatar", codes.OK, shedding.ReasonShedRatio, false},
+		{"deferred admitted", mBegin, "moments", codes.OK, "", false},
+		{"exempt passes", mHealth, "avatar", codes.OK, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var hdr metadata.MD
+			got, err := call(ctx, cc, tt.method, tt.business, "bob", grpc.Header(&hdr))
+			if code := status.Code(err); code != tt.wantCode {
+				t.Fatalf("code %v (%v), want %v", code, err, tt.wantCode)
+			}
+			if err != nil {
+				got = rpcstatus.Reason(err)
+				if rpcstatus.RetryAfter(err) <= 0 {
+					t.Errorf("no retry-after hint in %v", err)
+				}
+			}
+			if got != tt.wantReason {
+				t.Errorf("reason %q, want %q", got, tt.wantReason)
+			}
+			lv := hdr.Get(shedding.HeaderAdmitLevel)
+			if tt.wantLevel != (len(lv) > 0) {
+				t.Errorf("header %s = %v, want present=%v", shedding.HeaderAdmitLevel, lv, tt.wantLevel)
+			}
+			if len(lv) > 0 && lv[0] != strconv.Itoa(s.MaxLevel()) {
+				t.Errorf("level %s, want %d (nothing overloaded)", lv[0], s.MaxLevel())
+			}
+		})
+	}
+	t.Run("stream shed by ratio", func(t *testing.T) {
+		err := watch(ctx, cc, "avatar", "bob")
+		if status.Code(err) != codes.ResourceExhausted || rpcstatus.Reason(err) != shedding.ReasonShedRatio {
+			t.Fatalf("got %v, want RESOURCE_EXHAUSTED shed_ratio", err)
+		}
+	})
+	t.Run("stream admitted", func(t *testing.T) {
+		if err := watch(ctx, cc, "moments", "bob"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestLevelTravelsAndClientDropsEarly drives one overloaded window by hand
+// (fake clock): a request waits 100 ms for the only slot, the level is cut
+// below it, the level travels back in the header and the client interceptor
+// then drops what the callee would reject, without calling it, until the
+// level expires.
+func TestLevelTravelsAndClientDropsEarly(t *testing.T) {
+	clk := newClock()
+	s, err := shedding.New(shedding.Config{MaxInFlight: 1, MaxWait: 5 * time.Second, Exempt: []string{mHealth}}, shedding.Deps{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{block: make(chan struct{})}
+	cc := serve(t, s, ts, grpc.WithChainUnaryInterceptor(shedding.UnaryClientInterceptor(shedding.WithClock(clk.Now))))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(1)
+	go func() { defer wg.Done(); _, err := call(ctx, cc, mWork, "moments", "alice"); errs <- err }()
+	for ts.active.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _, err := call(ctx, cc, mWork, "prefetch", "bob"); errs <- err }()
+	time.Sleep(200 * time.Millisecond) // bob is now waiting for the slot
+	clk.Advance(100 * time.Millisecond)
+	close(ts.block) // alice finishes, bob gets the slot; later calls pass
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("warm-up call: %v", err)
+		}
+	}
+
+	clk.Advance(time.Second) // the window is over: next request rolls it
+	var hdr metadata.MD
+	if _, err := call(ctx, cc, mWork, "moments", "alice", grpc.Header(&hdr)); err != nil {
+		t.Fatal(err)
+	}
+	if q := s.QueueMs(); q != 50 {
+		t.Errorf("QueueMs = %v, want 50 (0 and 100 ms waits)", q)
+	}
+	level := s.Level()
+	bobKey := 3*shedding.UserLevels + shedding.UserPriority(nil, "bob", clk.Now())
+	if level != bobKey-1 {
+		t.Errorf("level %d, want %d (just below bob's key, cutting 1 of 2 requests)", level, bobKey-1)
+	}
+	if got := hdr.Get(shedding.HeaderAdmitLevel); len(got) != 1 || got[0] != strconv.Itoa(level) {
+		t.Errorf("header level %v, want %d", got, level)
+	}
+
+	before := ts.calls.Load()
+	_, err = call(ctx, cc, mWork, "spam", "carol") // unknown business: below every level
+	if status.Code(err) != codes.ResourceExhausted || rpcstatus.Reason(err) != shedding.ReasonOverload {
+		t.Fatalf("unknown business: got %v, want RESOURCE_EXHAUSTED overload dropped early", err)
+	}
+	if ts.calls.Load() != before {
+		t.Fatal("dropped request reached the server")
+	}
+	if _, err := call(ctx, cc, mHealth, "spam", "carol"); err != nil {
+		t.Errorf("a method that never sent a level was dropped: %v", err)
+	}
+	if _, err := call(ctx, cc, mWork, "moments", "alice"); err != nil {
+		t.Errorf("top priority dropped: %v", err)
+	}
+
+	clk.Advance(3 * time.Second) // level expired in the client; calm window in the server
+	if _, err := call(ctx, cc, mWork, "spam", "carol"); err != nil {
+		t.Errorf("after the level expired and the callee recovered: %v", err)
+	}
+	if got := s.Level(); got != s.MaxLevel() {
+		t.Errorf("level %d after a calm window with no demand above it, want %d", got, s.MaxLevel())
+	}
+}
