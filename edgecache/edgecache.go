@@ -261,6 +261,9 @@ func (s *Server) SetPeers(peers []Peer) {
 	s.m.members.Set(float64(len(addrs) + 1))
 }
 
+// Members returns the node IDs of the current ring, this node included.
+func (s *Server) Members() []string { return s.ring.Load().Members() }
+
 // Run serves HTTP and refreshes the ring membership until ctx is done,
 // then shuts HTTP down gracefully and closes peer connections. It returns
 // nil after a clean shutdown.

@@ -1,0 +1,195 @@
+package edgecache_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"willow/edgecache"
+	"willow/media"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+	"willow/store"
+	fsstore "willow/store/fs"
+)
+
+// countingStore wraps a real directory store, counts Gets and lets a test
+// hook them with a function field.
+type countingStore struct {
+	store.Store
+	gets   atomic.Int64
+	before func(ctx context.Context, key string) error // optional, runs first
+}
+
+func (c *countingStore) Get(ctx context.Context, key string) (io.ReadCloser, store.Info, error) {
+	c.gets.Add(1)
+	if c.before != nil {
+		if err := c.before(ctx, key); err != nil {
+			return nil, store.Info{}, err
+		}
+	}
+	return c.Store.Get(ctx, key)
+}
+
+func newStore(t *testing.T) *countingStore {
+	t.Helper()
+	fs, err := fsstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &countingStore{Store: fs}
+}
+
+// put stores a variant of a new media item and returns its ID.
+func put(t *testing.T, st store.Store, loc media.Loc, n int, variant, contentType string, data []byte) media.ID {
+	t.Helper()
+	id := media.ID{Loc: loc, Region: "a", Node: "upload-a-1", Key: media.KeyFor("u1", fmt.Sprint("up", n))}
+	key := media.VariantKey(id.Key, variant)
+	if variant == media.VariantRaw {
+		key = media.RawKey(id.Key)
+	}
+	if err := st.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), contentType); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func payload(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+type edge struct {
+	node *node.Node
+	srv  *edgecache.Server
+	url  string // http://HTTPAddr
+}
+
+// startEdge builds and runs a node and its edge cache until the test ends.
+func startEdge(t *testing.T, id string, cfg edgecache.Config, deps edgecache.Deps) *edge {
+	t.Helper()
+	n, err := node.New(node.Config{ID: id, Role: "edgecache", Region: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps.Node = n
+	s, err := edgecache.New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	nodeDone, srvDone := make(chan error, 1), make(chan error, 1)
+	go func() { nodeDone <- n.Run(ctx) }()
+	go func() { srvDone <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-srvDone; err != nil {
+			t.Errorf("edge Run: %v", err)
+		}
+		<-nodeDone
+	})
+	if n.Info().GetHttpAddr() != s.HTTPAddr() {
+		t.Fatalf("node advertises %q, server listens on %q", n.Info().GetHttpAddr(), s.HTTPAddr())
+	}
+	return &edge{node: n, srv: s, url: "http://" + s.HTTPAddr()}
+}
+
+func get(t *testing.T, url string, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	return do(t, http.MethodGet, url, hdr)
+}
+
+func do(t *testing.T, method, url string, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
+// fakeRouter answers Route from fixed endpoint lists and dials directly.
+type fakeRouter struct {
+	routes map[string][]*willowv1.Endpoint // by role
+}
+
+func (r *fakeRouter) Route(_ context.Context, role, _ string) (*willowv1.RouteResponse, error) {
+	return &willowv1.RouteResponse{Primary: r.routes[role], PrimaryRegion: "a"}, nil
+}
+
+func (r *fakeRouter) Conn(addr string) (*grpc.ClientConn, error) { return node.Dial(addr, nil) }
+
+// fakeUpload is an UploadServer whose ReadPool is a function field.
+type fakeUpload struct {
+	willowv1.UnimplementedUploadServer
+	readPool func(*willowv1.ReadPoolRequest, willowv1.Upload_ReadPoolServer) error
+}
+
+func (f *fakeUpload) ReadPool(req *willowv1.ReadPoolRequest, st willowv1.Upload_ReadPoolServer) error {
+	return f.readPool(req, st)
+}
+
+// serveGRPC serves srv on a real loopback listener until the test ends.
+func serveGRPC(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	register(gs)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	return lis.Addr().String()
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+func path(id media.ID, variant string) string { return "/m/" + id.String() + "/" + variant }
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
