@@ -26,10 +26,10 @@ func WithRequest(ctx context.Context, business, user string) context.Context {
 type ClientOption func(*clientConfig)
 
 type clientConfig struct {
-	prio     map[string]int
-	userKey  []byte
-	now      func() time.Time
-	ttl      time.Duration
+	prio    map[string]int
+	userKey []byte
+	now     func() time.Time
+	ttl     time.Duration
 }
 
 // WithPriorities sets the business priority table the client ranks its

@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, s *Shedder) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) admit(bi int)                  { m.admitted[bi].Inc() }
+func (m *metrics) admit(bi int)                   { m.admitted[bi].Inc() }
 func (m *metrics) rejected(bi int, reason string) { m.rej[bi][reason].Inc() }
 func (m *metrics) deferredShed(bi int, reason string) {
 	m.def[bi][reason].Inc()
