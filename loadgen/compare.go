@@ -1,0 +1,63 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Comparison is the same profile run with flex off and with flex on.
+type Comparison struct {
+	Off *Report `json:"flex_off"`
+	On  *Report `json:"flex_on"`
+}
+
+// WriteComparison writes report.json (both runs), report.md (side by
+// side: goodput, p99, rejected, lost) and each run's charts, prefixed
+// flex-off- and flex-on-, into dir.
+func WriteComparison(dir string, c Comparison) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
+		return err
+	}
+	offCharts, err := c.Off.writeCharts(dir, "flex-off-")
+	if err != nil {
+		return err
+	}
+	onCharts, err := c.On.writeCharts(dir, "flex-on-")
+	if err != nil {
+		return err
+	}
+	var md strings.Builder
+	fmt.Fprintf(&md, "# Load comparison: %s, flex off against flex on\n\n", c.On.Profile)
+	fmt.Fprintln(&md, "| | flex off | flex on |\n|---|---|---|")
+	row := func(name string, f func(*Report) string) {
+		fmt.Fprintf(&md, "| %s | %s | %s |\n", name, f(c.Off), f(c.On))
+	}
+	row("goodput (ok/s)", func(r *Report) string { return fmt.Sprintf("%.1f", r.Totals.GoodputPerS) })
+	row("uploads ok", func(r *Report) string { return fmt.Sprint(r.Totals.Upload.Succeeded) })
+	row("upload p99 ms", func(r *Report) string { return fmt.Sprintf("%.0f", r.Totals.Upload.P99Ms) })
+	row("download p99 ms", func(r *Report) string { return fmt.Sprintf("%.0f", r.Totals.Download.P99Ms) })
+	row("rejected", func(r *Report) string {
+		return fmt.Sprint(r.Totals.Upload.Rejected + r.Totals.Download.Rejected)
+	})
+	row("failed", func(r *Report) string { return fmt.Sprint(r.Totals.Upload.Failed + r.Totals.Download.Failed) })
+	row("dropped by generator", func(r *Report) string {
+		return fmt.Sprint(r.Totals.Upload.Dropped + r.Totals.Download.Dropped)
+	})
+	row("lost", func(r *Report) string { return fmt.Sprint(r.Totals.Lost) })
+	row("pending in pool 1", func(r *Report) string { return fmt.Sprint(r.Totals.Pending) })
+	fmt.Fprintln(&md, "\n## Charts")
+	for i := range offCharts {
+		fmt.Fprintf(&md, "\n![%s](%s) ![%s](%s)\n", offCharts[i], offCharts[i], onCharts[i], onCharts[i])
+	}
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(md.String()), 0o644)
+}

@@ -1,0 +1,350 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report is the result of one run.
+type Report struct {
+	Profile  string    `json:"profile"`
+	Mode     string    `json:"mode"`
+	Started  time.Time `json:"started"`
+	Seconds  []Second  `json:"seconds"`
+	Phases   []Summary `json:"phases"`
+	Totals   Summary   `json:"totals"`
+	Events   []Event   `json:"events"`
+	Duration float64   `json:"duration_s"`
+}
+
+// Second is what happened in one second of the run.
+type Second struct {
+	T           int                `json:"t"`
+	Phase       string             `json:"phase"`
+	Level       string             `json:"level"`
+	FlexVersion int64              `json:"flex_version"`
+	Upload      KindStats          `json:"upload"`
+	Download    KindStats          `json:"download"`
+	Rejections  map[string]int     `json:"rejections,omitempty"` // "reason/business"
+	Pool1Items  int64              `json:"pool1_items"`
+	Pool1Bytes  int64              `json:"pool1_bytes"`
+	Pool2Items  int64              `json:"pool2_items"`
+	Pool2Bytes  int64              `json:"pool2_bytes"`
+	HeldItems   int64              `json:"held_items"`
+	CPU         map[string]float64 `json:"cpu_cores,omitempty"` // by role
+	MemRSSBytes float64            `json:"mem_rss_bytes,omitempty"`
+	InFlight    map[string]float64 `json:"in_flight,omitempty"` // by role
+}
+
+// KindStats counts one kind of request (per second or per phase).
+type KindStats struct {
+	Offered   int     `json:"offered"`
+	Admitted  int     `json:"admitted"`
+	Succeeded int     `json:"succeeded"`
+	Rejected  int     `json:"rejected"`
+	Failed    int     `json:"failed"`
+	NotReady  int     `json:"not_ready"`
+	Dropped   int     `json:"dropped_by_generator"`
+	P50Ms     float64 `json:"p50_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	Bytes     int64   `json:"bytes"`
+}
+
+// Summary sums a phase or the whole run.
+type Summary struct {
+	Name       string         `json:"name"`
+	Seconds    float64        `json:"seconds"`
+	Upload     KindStats      `json:"upload"`
+	Download   KindStats      `json:"download"`
+	Rejections map[string]int `json:"rejections,omitempty"`
+	// GoodputPerS is succeeded uploads plus downloads per second.
+	GoodputPerS float64 `json:"goodput_per_s"`
+	// CPU is the mean cores used by each role.
+	CPU map[string]float64 `json:"cpu_cores,omitempty"`
+	// Lost counts acknowledged uploads not downloadable with their
+	// SHA-256 at the end (totals only; must be 0). Pending counts those
+	// still held in buffer pool 1.
+	Lost    int `json:"lost"`
+	Pending int `json:"pending"`
+}
+
+// Event is a flex change made during the run.
+type Event struct {
+	At      float64           `json:"at_s"`
+	Kind    string            `json:"kind"`
+	Level   string            `json:"level,omitempty"`
+	Knobs   map[string]string `json:"knobs,omitempty"`
+	Version int64             `json:"version,omitempty"`
+	Error   string            `json:"error,omitempty"`
+}
+
+// Label is a short text for chart markers.
+func (e Event) Label() string {
+	if e.Level != "" {
+		return e.Level
+	}
+	var parts []string
+	for k, v := range e.Knobs {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p * float64(len(sorted)-1))
+	return float64(sorted[i]) / float64(time.Millisecond)
+}
+
+// tally accumulates records into KindStats.
+type tally struct {
+	stats KindStats
+	lat   []time.Duration
+}
+
+func (t *tally) add(rec record) {
+	t.stats.Offered++
+	switch rec.outcome {
+	case okOutcome:
+		t.stats.Succeeded++
+		t.stats.Bytes += rec.bytes
+		t.lat = append(t.lat, rec.latency)
+	case rejected:
+		t.stats.Rejected++
+	case failed:
+		t.stats.Failed++
+		t.lat = append(t.lat, rec.latency)
+	case notReady:
+		t.stats.NotReady++
+	case dropped:
+		t.stats.Dropped++
+	}
+}
+
+func (t *tally) done() KindStats {
+	sort.Slice(t.lat, func(i, j int) bool { return t.lat[i] < t.lat[j] })
+	s := t.stats
+	s.Admitted = s.Offered - s.Rejected - s.Dropped
+	s.P50Ms, s.P99Ms = percentile(t.lat, 0.5), percentile(t.lat, 0.99)
+	return s
+}
+
+// report aggregates the run's records.
+func (r *runner) report() *Report {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dur := time.Since(r.start)
+	n := int(dur/time.Second) + 1
+	up, down := make([]tally, n), make([]tally, n)
+	rej := make([]map[string]int, n)
+	phaseOf := func(sec int) int { i, _, _ := r.phaseAt(time.Duration(sec) * time.Second); return i }
+	nph := len(r.cfg.Profile.Phases)
+	pUp, pDown := make([]tally, nph), make([]tally, nph)
+	pRej := make([]map[string]int, nph)
+	var tUp, tDown tally
+	tRej := map[string]int{}
+	for _, rec := range r.records {
+		if rec.sec >= n {
+			rec.sec = n - 1
+		}
+		ph := phaseOf(rec.sec)
+		if rec.kind == "upload" {
+			up[rec.sec].add(rec)
+			pUp[ph].add(rec)
+			tUp.add(rec)
+		} else {
+			down[rec.sec].add(rec)
+			pDown[ph].add(rec)
+			tDown.add(rec)
+		}
+		if rec.outcome == rejected || rec.outcome == dropped {
+			key := rec.reason + "/" + rec.business
+			if rec.business == "" {
+				key = rec.reason + "/" + rec.kind
+			}
+			if rej[rec.sec] == nil {
+				rej[rec.sec] = map[string]int{}
+			}
+			if pRej[ph] == nil {
+				pRej[ph] = map[string]int{}
+			}
+			rej[rec.sec][key]++
+			pRej[ph][key]++
+			tRej[key]++
+		}
+	}
+	rep := &Report{Profile: r.cfg.Profile.Name, Mode: r.cfg.Mode, Started: r.start, Events: r.events, Duration: dur.Seconds()}
+	gaugeAt := map[int]Second{}
+	for _, g := range r.gauges {
+		gaugeAt[g.T] = g
+	}
+	level := "normal"
+	for s := 0; s < n; s++ {
+		g, ok := gaugeAt[s]
+		if !ok {
+			g = Second{T: s, Level: level}
+		}
+		level = g.Level
+		g.Phase = r.cfg.Profile.Phases[phaseOf(s)].Name
+		g.Upload, g.Download, g.Rejections = up[s].done(), down[s].done(), rej[s]
+		rep.Seconds = append(rep.Seconds, g)
+	}
+	cpuMean := func(from, to int) map[string]float64 {
+		sum, cnt := map[string]float64{}, 0
+		for _, g := range r.gauges {
+			if g.T >= from && g.T < to && len(g.CPU) > 0 {
+				cnt++
+				for k, v := range g.CPU {
+					sum[k] += v
+				}
+			}
+		}
+		for k := range sum {
+			sum[k] /= float64(cnt)
+		}
+		return sum
+	}
+	var t0 time.Duration
+	for i, ph := range r.cfg.Profile.Phases {
+		d := ph.Duration.D()
+		if t0+d > dur {
+			d = dur - t0
+		}
+		s := Summary{Name: ph.Name, Seconds: d.Seconds(), Upload: pUp[i].done(), Download: pDown[i].done(), Rejections: pRej[i],
+			CPU: cpuMean(int(t0/time.Second), int((t0+d)/time.Second))}
+		if d > 0 {
+			s.GoodputPerS = float64(s.Upload.Succeeded+s.Download.Succeeded) / d.Seconds()
+		}
+		rep.Phases = append(rep.Phases, s)
+		t0 += ph.Duration.D()
+	}
+	rep.Totals = Summary{Name: "total", Seconds: dur.Seconds(), Upload: tUp.done(), Download: tDown.done(), Rejections: tRej, CPU: cpuMean(0, n)}
+	rep.Totals.GoodputPerS = float64(rep.Totals.Upload.Succeeded+rep.Totals.Download.Succeeded) / dur.Seconds()
+	return rep
+}
+
+// progress prints one line per second (or redraws a bar on a terminal).
+func (r *runner) progress(g Second) {
+	elapsed := time.Since(r.start)
+	i, ph, frac := r.phaseAt(elapsed)
+	r.mu.Lock()
+	var upOK, upN, dnOK, dnN int
+	var lat []time.Duration
+	from := g.T - 2
+	for j := len(r.records) - 1; j >= 0 && r.records[j].sec >= from; j-- {
+		rec := r.records[j]
+		if rec.sec != g.T-1 {
+			continue
+		}
+		if rec.kind == "upload" {
+			upN++
+			if rec.outcome == okOutcome {
+				upOK++
+				lat = append(lat, rec.latency)
+			}
+		} else {
+			dnN++
+			if rec.outcome == okOutcome {
+				dnOK++
+			}
+		}
+	}
+	r.mu.Unlock()
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	pct := func(ok, n int) float64 {
+		if n == 0 {
+			return 100
+		}
+		return 100 * float64(ok) / float64(n)
+	}
+	line := fmt.Sprintf("phase %d/%d %-12s t=%3ds up %5d/s ok %5.1f%% p99 %6.0fms | down %5d/s ok %5.1f%% | level %-6s pool1 %d pool2 %d held %d",
+		i+1, len(r.cfg.Profile.Phases), ph.Name, int(elapsed.Seconds()), upN, pct(upOK, upN), percentile(lat, 0.99),
+		dnN, pct(dnOK, dnN), g.Level, g.Pool1Items, g.Pool2Items, g.HeldItems)
+	if r.cfg.TTY {
+		const width = 20
+		done := int(frac * width)
+		bar := strings.Repeat("#", done) + strings.Repeat(".", width-done)
+		fmt.Fprintf(r.cfg.Progress, "\r\033[K[%s] %s", bar, line)
+		return
+	}
+	fmt.Fprintln(r.cfg.Progress, line)
+}
+
+func (r *runner) progressDone() {
+	if r.cfg.TTY {
+		fmt.Fprintln(r.cfg.Progress)
+	}
+}
+
+// Write writes report.json, report.md and the charts into dir.
+func (rep *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
+		return err
+	}
+	charts, err := rep.writeCharts(dir, "")
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "report.md"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rep.markdown(f, charts)
+	return f.Close()
+}
+
+func (rep *Report) markdown(w io.Writer, charts []string) {
+	fmt.Fprintf(w, "# Load report: %s (%s)\n\nStarted %s, ran %.0f s.\n\n", rep.Profile, rep.Mode, rep.Started.UTC().Format(time.RFC3339), rep.Duration)
+	fmt.Fprintf(w, "**Lost acknowledged uploads: %d** (pending in pool 1 at the end: %d)\n\n", rep.Totals.Lost, rep.Totals.Pending)
+	fmt.Fprintln(w, "| phase | s | upload offered/s | admitted | ok | rejected | failed | p99 ms | download offered/s | ok | p99 ms | goodput/s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, s := range append(append([]Summary(nil), rep.Phases...), rep.Totals) {
+		per := func(n int) float64 {
+			if s.Seconds <= 0 {
+				return 0
+			}
+			return float64(n) / s.Seconds
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.1f | %d | %d | %d | %d | %.0f | %.1f | %d | %.0f | %.1f |\n",
+			s.Name, s.Seconds, per(s.Upload.Offered), s.Upload.Admitted, s.Upload.Succeeded, s.Upload.Rejected, s.Upload.Failed, s.Upload.P99Ms,
+			per(s.Download.Offered), s.Download.Succeeded, s.Download.P99Ms, s.GoodputPerS)
+	}
+	if len(rep.Totals.Rejections) > 0 {
+		fmt.Fprintln(w, "\n## Rejections by reason and business\n\n| reason/business | count |\n|---|---|")
+		keys := make([]string, 0, len(rep.Totals.Rejections))
+		for k := range rep.Totals.Rejections {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "| %s | %d |\n", k, rep.Totals.Rejections[k])
+		}
+	}
+	if len(rep.Events) > 0 {
+		fmt.Fprintln(w, "\n## Flex changes\n\n| at s | change | version | error |\n|---|---|---|---|")
+		for _, e := range rep.Events {
+			fmt.Fprintf(w, "| %.0f | %s | %d | %s |\n", e.At, e.Label(), e.Version, e.Error)
+		}
+	}
+	fmt.Fprintln(w, "\n## Charts")
+	for _, c := range charts {
+		fmt.Fprintf(w, "\n![%s](%s)\n", c, c)
+	}
+}
