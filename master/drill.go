@@ -113,22 +113,22 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 	if err := s.checkToken(req.GetToken()); err != nil {
 		return nil, err
 	}
+	dur := time.Duration(req.GetForMs()) * time.Millisecond
+	if dur < 0 || dur > s.cfg.MaxDrill {
+		return nil, rpcstatus.New(codes.InvalidArgument, "for", "drill duration %v: want 0 (end it) to %v", dur, s.cfg.MaxDrill)
+	}
 	switch d.GetKind() {
 	case DrillLatency:
-		if d.GetLatencyMs() <= 0 {
+		if d.GetLatencyMs() <= 0 && dur > 0 {
 			return nil, rpcstatus.New(codes.InvalidArgument, "latency", "latency drill needs latency_ms > 0")
 		}
 	case DrillErrors:
-		if r := d.GetErrorRatio(); r <= 0 || r > 1 {
+		if r := d.GetErrorRatio(); (r <= 0 || r > 1) && dur > 0 {
 			return nil, rpcstatus.New(codes.InvalidArgument, "error_ratio", "errors drill needs 0 < error_ratio <= 1, got %v", r)
 		}
 	case DrillSilence:
 	default:
 		return nil, rpcstatus.New(codes.InvalidArgument, "kind", "drill kind %q: want latency, errors or silence", d.GetKind())
-	}
-	dur := time.Duration(req.GetForMs()) * time.Millisecond
-	if dur < 0 || dur > s.cfg.MaxDrill {
-		return nil, rpcstatus.New(codes.InvalidArgument, "for", "drill duration %v: want 0 (end it) to %v", dur, s.cfg.MaxDrill)
 	}
 	v, err := s.refresh(ctx)
 	if err != nil {

@@ -326,7 +326,7 @@ func (c *Config) judge(es []*entry, probed map[string]error, now time.Time) map[
 				rate = float64(req-errs) / float64(req)
 			}
 			switch {
-			case req >= c.MinRequests && rate < c.MinSuccessRate:
+			case req >= c.MinRequests && rate <= c.MinSuccessRate:
 				cands = append(cands, candidate{e, h, fmt.Sprintf("%s %.2f over %d requests", ReasonSuccessRate, rate, req), rate})
 			case h.ProbeFail >= c.ProbeFailures:
 				msg := ReasonProbeFailed

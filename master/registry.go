@@ -107,7 +107,9 @@ func window(samples []sample, fromMs int64) (req, errs int64) {
 
 func (s *Server) nodeKey(id string) string   { return s.key("node:" + id) }
 func (s *Server) healthKey(id string) string { return s.key("health:" + id) }
-func (s *Server) healthTTL() time.Duration   { return 2 * max(s.cfg.EntryTTL, s.cfg.FlapMemory, s.cfg.MaxProtection) }
+func (s *Server) healthTTL() time.Duration {
+	return 2 * max(s.cfg.EntryTTL, s.cfg.FlapMemory, s.cfg.MaxProtection)
+}
 
 func validInfo(n *willowv1.NodeInfo) error {
 	switch {

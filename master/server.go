@@ -54,7 +54,8 @@ type Config struct {
 	// MinRequests is how many requests the success window needs before the
 	// success rate can eject a node; default DefaultMinRequests.
 	MinRequests int64
-	// MinSuccessRate is the success rate under which a node is ejected;
+	// MinSuccessRate: a node whose success rate over the window is at or
+	// under it is ejected (a node failing half its requests is out);
 	// default DefaultMinSuccessRate.
 	MinSuccessRate float64
 	// SuccessWindow is the window the reported success rate is summed over;

@@ -1,0 +1,315 @@
+package master
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
+)
+
+var t0 = time.UnixMilli(1_700_000_000_000)
+
+// mk builds a registry entry: role, region, id, state and seconds since
+// the last heartbeat.
+func mk(role, region, id, state string, silentFor time.Duration, inFlight int32) *entry {
+	return &entry{
+		info:   &willowv1.NodeInfo{Id: id, Role: role, Region: region, Addr: id + ":1", HttpAddr: id + ":80", Capacity: 1},
+		load:   &willowv1.Load{InFlight: inFlight},
+		lastMs: t0.Add(-silentFor).UnixMilli(),
+		h:      health{State: state},
+	}
+}
+
+func ids(es []*willowv1.Endpoint) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.GetNodeId())
+	}
+	return out
+}
+
+func TestRouteNeverSameRegionTwice(t *testing.T) {
+	const dead = 5 * time.Second
+	tests := []struct {
+		name         string
+		entries      []*entry
+		region       string
+		wantPrimary  []string
+		wantSecond   []string
+		wantPRegion  string
+		wantSRegion  string
+		wantReason   bool
+		wantNoRoutes bool
+	}{
+		{
+			name: "two regions, least loaded first",
+			entries: []*entry{
+				mk("upload", "a", "a1", StateHealthy, 0, 5), mk("upload", "a", "a2", StateHealthy, 0, 1),
+				mk("upload", "b", "b1", StateHealthy, 0, 0), mk("compress", "a", "c1", StateHealthy, 0, 0),
+			},
+			region: "a", wantPrimary: []string{"a2", "a1"}, wantSecond: []string{"b1"}, wantPRegion: "a", wantSRegion: "b",
+		},
+		{
+			name:    "one region only: no secondary",
+			entries: []*entry{mk("upload", "a", "a1", StateHealthy, 0, 0), mk("upload", "a", "a2", StateHealthy, 0, 0)},
+			region:  "a", wantPrimary: []string{"a1", "a2"}, wantPRegion: "a",
+		},
+		{
+			name:    "one other region only: primary elsewhere, no secondary",
+			entries: []*entry{mk("upload", "b", "b1", StateHealthy, 0, 0)},
+			region:  "a", wantPrimary: []string{"b1"}, wantPRegion: "b", wantReason: true,
+		},
+		{
+			name: "caller region all ejected or dead",
+			entries: []*entry{
+				mk("upload", "a", "a1", StateEjected, 0, 0), mk("upload", "a", "a2", StateHealthy, dead, 0),
+				mk("upload", "a", "a3", StateProbing, 0, 0),
+				mk("upload", "b", "b1", StateHealthy, 0, 0), mk("upload", "c", "c1", StateHealthy, 0, 0),
+				mk("upload", "c", "c2", StateHealthy, 0, 0),
+			},
+			region: "a", wantPrimary: []string{"c1", "c2"}, wantSecond: []string{"b1"}, wantPRegion: "c", wantSRegion: "b", wantReason: true,
+		},
+		{
+			name: "dead and ejected nodes are left out",
+			entries: []*entry{
+				mk("upload", "a", "a1", StateHealthy, dead, 0), mk("upload", "a", "a2", StateHealthy, 0, 0),
+				mk("upload", "b", "b1", StateEjected, 0, 0), mk("upload", "b", "b2", StateHealthy, 0, 0),
+			},
+			region: "a", wantPrimary: []string{"a2"}, wantSecond: []string{"b2"}, wantPRegion: "a", wantSRegion: "b",
+		},
+		{
+			name:    "unknown caller region",
+			entries: []*entry{mk("upload", "a", "a1", StateHealthy, 0, 0), mk("upload", "b", "b1", StateHealthy, 0, 0)},
+			region:  "", wantPrimary: []string{"a1"}, wantSecond: []string{"b1"}, wantPRegion: "a", wantSRegion: "b", wantReason: true,
+		},
+		{
+			name:         "nothing healthy",
+			entries:      []*entry{mk("upload", "a", "a1", StateEjected, 0, 0), mk("upload", "b", "b1", StateHealthy, dead, 0)},
+			region:       "a",
+			wantNoRoutes: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := route(tt.entries, t0, 3*time.Second, "upload", tt.region)
+			if tt.wantNoRoutes {
+				if rpcstatus.Reason(err) != "no_healthy_nodes" {
+					t.Fatalf("err = %v, want no_healthy_nodes", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for _, e := range resp.GetPrimary() {
+				seen[e.GetRegion()] = true
+				if e.GetRegion() != resp.GetPrimaryRegion() {
+					t.Errorf("primary endpoint %s in region %s, primary region %s", e.GetNodeId(), e.GetRegion(), resp.GetPrimaryRegion())
+				}
+			}
+			for _, e := range resp.GetSecondary() {
+				if seen[e.GetRegion()] {
+					t.Fatalf("region %s in both lists: %v", e.GetRegion(), resp)
+				}
+			}
+			if got := ids(resp.GetPrimary()); !equal(got, tt.wantPrimary) {
+				t.Errorf("primary = %v, want %v", got, tt.wantPrimary)
+			}
+			if got := ids(resp.GetSecondary()); !equal(got, tt.wantSecond) {
+				t.Errorf("secondary = %v, want %v", got, tt.wantSecond)
+			}
+			if resp.GetPrimaryRegion() != tt.wantPRegion || resp.GetSecondaryRegion() != tt.wantSRegion {
+				t.Errorf("regions = %q/%q, want %q/%q", resp.GetPrimaryRegion(), resp.GetSecondaryRegion(), tt.wantPRegion, tt.wantSRegion)
+			}
+			if (resp.GetReason() != "") != tt.wantReason {
+				t.Errorf("reason = %q, want reason %v", resp.GetReason(), tt.wantReason)
+			}
+			if len(resp.GetPrimary()) > 0 && resp.GetPrimary()[0].GetHttpAddr() == "" {
+				t.Error("endpoint without http_addr")
+			}
+		})
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestMaxEjected(t *testing.T) {
+	for _, tt := range []struct {
+		n    int
+		frac float64
+		want int
+	}{
+		{0, 1.0 / 3, 0}, {1, 1.0 / 3, 0}, {2, 1.0 / 3, 1}, {3, 1.0 / 3, 1}, {5, 1.0 / 3, 1},
+		{6, 1.0 / 3, 2}, {9, 1.0 / 3, 3}, {2, 1, 1}, {4, 0.5, 2}, {10, 0.01, 1},
+	} {
+		if got := maxEjected(tt.n, tt.frac); got != tt.want {
+			t.Errorf("maxEjected(%d, %v) = %d, want %d", tt.n, tt.frac, got, tt.want)
+		}
+	}
+}
+
+func testConfig() Config {
+	c := Config{}
+	if err := c.applyDefaults(); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// bad gives e a window of 40 requests with the given errors.
+func bad(e *entry, errs int64) *entry {
+	e.samples = []sample{{At: t0.UnixMilli() - 100, Req: 40, Err: errs}}
+	return e
+}
+
+func TestJudge(t *testing.T) {
+	c := testConfig()
+	probeErr := errors.New("refused")
+	nowMs := t0.UnixMilli()
+	tests := []struct {
+		name    string
+		entries []*entry
+		probed  map[string]error
+		want    map[string]string // id -> state after judging
+	}{
+		{
+			name: "half failing is ejected",
+			entries: []*entry{bad(mk("upload", "a", "a1", StateHealthy, 0, 0), 20),
+				mk("upload", "a", "a2", StateHealthy, 0, 0), mk("upload", "a", "a3", StateHealthy, 0, 0)},
+			want: map[string]string{"a1": StateEjected, "a2": StateHealthy, "a3": StateHealthy},
+		},
+		{
+			name:    "too few requests is no judgement",
+			entries: []*entry{mk("upload", "a", "a1", StateHealthy, 0, 0), mk("upload", "a", "a2", StateHealthy, 0, 0)},
+			want:    map[string]string{"a1": StateHealthy, "a2": StateHealthy},
+		},
+		{
+			name: "at most a third of a region for bad health",
+			entries: []*entry{bad(mk("upload", "a", "a1", StateHealthy, 0, 0), 40), bad(mk("upload", "a", "a2", StateHealthy, 0, 0), 30),
+				bad(mk("upload", "a", "a3", StateHealthy, 0, 0), 30), bad(mk("upload", "b", "b1", StateHealthy, 0, 0), 40),
+				mk("upload", "b", "b2", StateHealthy, 0, 0)},
+			want: map[string]string{"a1": StateEjected, "a2": StateHealthy, "a3": StateHealthy, "b1": StateEjected, "b2": StateHealthy},
+		},
+		{
+			name:    "lone node is not ejected for bad health",
+			entries: []*entry{bad(mk("upload", "a", "a1", StateHealthy, 0, 0), 40)},
+			want:    map[string]string{"a1": StateHealthy},
+		},
+		{
+			name: "dead nodes always leave, beyond the budget",
+			entries: []*entry{mk("upload", "a", "a1", StateHealthy, 4*time.Second, 0), mk("upload", "a", "a2", StateHealthy, 4*time.Second, 0),
+				mk("upload", "a", "a3", StateHealthy, 4*time.Second, 0)},
+			want: map[string]string{"a1": StateEjected, "a2": StateEjected, "a3": StateEjected},
+		},
+		{
+			name: "repeated probe failures eject",
+			entries: []*entry{func() *entry {
+				e := mk("upload", "a", "a1", StateHealthy, 0, 0)
+				e.h.ProbeFail = c.ProbeFailures - 1
+				return e
+			}(), mk("upload", "a", "a2", StateHealthy, 0, 0)},
+			probed: map[string]error{"a1": probeErr, "a2": nil},
+			want:   map[string]string{"a1": StateEjected, "a2": StateHealthy},
+		},
+		{
+			name: "protection window holds even with good probes",
+			entries: []*entry{func() *entry {
+				e := mk("upload", "a", "a1", StateEjected, 0, 0)
+				e.h.ProtectUntilMs = nowMs + 1
+				return e
+			}()},
+			probed: map[string]error{"a1": nil},
+			want:   map[string]string{"a1": StateEjected},
+		},
+		{
+			name: "after protection: probing",
+			entries: []*entry{func() *entry {
+				e := mk("upload", "a", "a1", StateEjected, 0, 0)
+				e.h.ProtectUntilMs = nowMs
+				return e
+			}()},
+			probed: map[string]error{"a1": nil},
+			want:   map[string]string{"a1": StateProbing},
+		},
+		{
+			name: "probing: a run of good probes re-admits",
+			entries: []*entry{func() *entry {
+				e := mk("upload", "a", "a1", StateProbing, 0, 0)
+				e.h.ProbeOK = c.ProbeSuccesses - 1
+				return e
+			}()},
+			probed: map[string]error{"a1": nil},
+			want:   map[string]string{"a1": StateHealthy},
+		},
+		{
+			name: "probing: a failed probe ejects again",
+			entries: []*entry{func() *entry {
+				e := mk("upload", "a", "a1", StateProbing, 0, 0)
+				e.h.ProbeOK = c.ProbeSuccesses - 1
+				return e
+			}()},
+			probed: map[string]error{"a1": probeErr},
+			want:   map[string]string{"a1": StateEjected},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			changed := c.judge(tt.entries, tt.probed, t0)
+			for _, e := range tt.entries {
+				got := e.h.State
+				if h, ok := changed[e.info.GetId()]; ok {
+					got = h.State
+				}
+				if got != tt.want[e.info.GetId()] {
+					t.Errorf("%s: state %s, want %s (%+v)", e.info.GetId(), got, tt.want[e.info.GetId()], changed[e.info.GetId()])
+				}
+			}
+		})
+	}
+}
+
+func TestFlappingDoublesProtection(t *testing.T) {
+	c := testConfig()
+	e := bad(mk("upload", "a", "a1", StateHealthy, 0, 0), 40)
+	others := []*entry{mk("upload", "a", "a2", StateHealthy, 0, 0), mk("upload", "a", "a3", StateHealthy, 0, 0)}
+	var got []time.Duration
+	for range 3 {
+		h := c.judge(append([]*entry{e}, others...), nil, t0)["a1"]
+		if h.State != StateEjected {
+			t.Fatalf("state %s, want ejected", h.State)
+		}
+		got = append(got, time.Duration(h.ProtectUntilMs-h.SinceMs)*time.Millisecond)
+		// It recovers, then fails again soon after.
+		h.State, h.RecoveredMs, h.SinceMs = StateHealthy, t0.UnixMilli()-1000, t0.UnixMilli()-1000
+		e.h = h
+	}
+	want := []time.Duration{c.Protection, 2 * c.Protection, 4 * c.Protection}
+	if !equalDur(got, want) {
+		t.Fatalf("protection windows %v, want %v", got, want)
+	}
+}
+
+func equalDur(a, b []time.Duration) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
