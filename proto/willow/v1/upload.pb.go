@@ -206,10 +206,15 @@ func (x *BeginResponse) GetMaxChunkBytes() int64 {
 }
 
 type Chunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	UploadId      string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
-	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UploadId string                 `protobuf:"bytes,1,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	Offset   int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data     []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// user, when set, names the uploading user (the upload is the pair user
+	// + upload_id). When empty the front finds the upload by upload_id alone
+	// and answers INVALID_ARGUMENT ambiguous_upload_id if two users are
+	// staging the same upload_id.
+	User          string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -263,6 +268,13 @@ func (x *Chunk) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *Chunk) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
 }
 
 type ChunksResponse struct {
@@ -1150,11 +1162,12 @@ const file_willow_v1_upload_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x1c\n" +
 	"\tcommitted\x18\x03 \x01(\bR\tcommitted\x12\x19\n" +
 	"\bmedia_id\x18\x04 \x01(\tR\amediaId\x12&\n" +
-	"\x0fmax_chunk_bytes\x18\x05 \x01(\x03R\rmaxChunkBytes\"P\n" +
+	"\x0fmax_chunk_bytes\x18\x05 \x01(\x03R\rmaxChunkBytes\"d\n" +
 	"\x05Chunk\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"(\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\"(\n" +
 	"\x0eChunksResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\"@\n" +
 	"\rStatusRequest\x12\x1b\n" +
