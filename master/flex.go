@@ -2,20 +2,700 @@ package master
 
 import (
 	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"willow/flex"
 	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
+)
+
+// Flex timing and limits.
+const (
+	// FlexReloadInterval is how often a master rereads the flex document
+	// from Redis, a safety net under pub/sub.
+	FlexReloadInterval = time.Second
+	// flexExpiryTick is how often due expiries are checked.
+	flexExpiryTick = 100 * time.Millisecond
+	// auditKeep is how many audit entries Redis keeps.
+	auditKeep = 10000
+	// defaultHistory is FlexHistory's default limit.
+	defaultHistory = 50
+	// redisTimeout bounds every Redis call of the flex code.
+	redisTimeout = 2 * time.Second
+	// casAttempts bounds retries when another master commits concurrently.
+	casAttempts = 5
+)
+
+// Errors of the flex code, turned into gRPC status by flexStatus.
+var (
+	errVersionConflict = errors.New("version conflict")
+	errNoPrevious      = errors.New("no previous version to roll back to")
 )
 
 // flexState is the master's part that holds the flex document.
-type flexState struct{}
+type flexState struct {
+	plans *flex.Plans
+	cas   *redis.Script
 
-func (s *Server) initFlex() error { return nil }
+	flexMu   sync.Mutex          // guards the fields below
+	doc      flexDoc             // the last document seen (local or Redis)
+	rendered *willowv1.FlexState // doc rendered with plans
+	changed  chan struct{}       // closed and replaced on every new version
 
-// flexSnapshot returns the current flex state for Route replies.
-func (s *Server) flexSnapshot() *willowv1.FlexState { return nil }
+	flexChanges *prometheus.CounterVec
+	flexVersion prometheus.Gauge
+}
 
-// audit records one entry in the audit log.
-func (s *Server) audit(e *willowv1.AuditEntry) {}
+// flexDoc is the document persisted in Redis: the editable setting, the
+// setting before the last change (rollback), and pending expiries.
+type flexDoc struct {
+	Version   int64           `json:"version"`
+	Setting   flex.Setting    `json:"setting"`
+	Prev      *flex.Setting   `json:"prev,omitempty"`
+	Pending   []pendingRevert `json:"pending,omitempty"`
+	Actor     string          `json:"actor,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+	ChangedAt int64           `json:"changed_at_unix_ms,omitempty"`
+}
 
-// runFlex runs the flex background work (expiry, sync between masters).
-func (s *Server) runFlex(ctx context.Context) {}
+// pendingRevert is a change made with an expiry: at At the master undoes
+// Before -> After (flex.Revert).
+type pendingRevert struct {
+	Version int64        `json:"version"`
+	At      int64        `json:"at_unix_ms"`
+	Before  flex.Setting `json:"before"`
+	After   flex.Setting `json:"after"`
+	Actor   string       `json:"actor,omitempty"`
+	Reason  string       `json:"reason,omitempty"`
+	Scope   string       `json:"scope,omitempty"`
+}
+
+// casScript sets the document if its version is still ARGV[1], appends
+// the audit entry and publishes the new version. It returns -1 on success,
+// else the version found.
+const casScript = `
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if v ~= tonumber(ARGV[1]) then return v end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'doc', ARGV[3])
+if ARGV[4] ~= '' then
+  redis.call('LPUSH', KEYS[2], ARGV[4])
+  redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
+end
+redis.call('PUBLISH', KEYS[3], ARGV[2])
+return -1
+`
+
+func (s *Server) flexKey(name string) string { return s.cfg.KeyPrefix + "flex:" + name }
+
+func (s *Server) initFlex() error {
+	plans := flex.DefaultPlans()
+	if s.cfg.LevelsFile != "" {
+		data, err := os.ReadFile(s.cfg.LevelsFile)
+		if err != nil {
+			return fmt.Errorf("master: levels file: %w", err)
+		}
+		if plans, err = flex.LoadPlans(data); err != nil {
+			return fmt.Errorf("master: levels file %s: %w", s.cfg.LevelsFile, err)
+		}
+	}
+	s.plans = plans
+	s.cas = redis.NewScript(casScript)
+	s.changed = make(chan struct{})
+	s.flexChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "willow_master_flex_changes_total",
+		Help: "Flex change attempts by action and result (accepted, denied, invalid, conflict).",
+	}, []string{"action", "result"})
+	s.flexVersion = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "willow_master_flex_version", Help: "Version of the flex document this master holds.",
+	})
+	for _, c := range []prometheus.Collector{s.flexChanges, s.flexVersion} {
+		if err := s.node.Registry().Register(c); err != nil {
+			return fmt.Errorf("master: metrics: %w", err)
+		}
+	}
+	st, err := s.plans.Render(flex.Setting{})
+	if err != nil {
+		return fmt.Errorf("master: render normal level: %w", err)
+	}
+	s.rendered = st
+	ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
+	defer cancel()
+	if err := s.reloadFlex(ctx); err != nil {
+		// Not fatal: the master serves the defaults and the reload loop
+		// picks the document up when Redis answers.
+		s.log.Warn("flex: load from redis", "err", err)
+	}
+	return nil
+}
+
+// flexSnapshot returns the current flex state for Route replies. The
+// caller must not modify it.
+func (s *Server) flexSnapshot() *willowv1.FlexState {
+	s.flexMu.Lock()
+	defer s.flexMu.Unlock()
+	return s.rendered
+}
+
+// audit records one entry in the audit log kept in Redis (FlexHistory
+// lists it). Failures are logged.
+func (s *Server) audit(e *willowv1.AuditEntry) {
+	if e.AtUnixMs == 0 {
+		e.AtUnixMs = s.now().UnixMilli()
+	}
+	b, err := protojson.Marshal(e)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
+		defer cancel()
+		key := s.flexKey("audit")
+		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.LPush(ctx, key, b)
+			p.LTrim(ctx, key, 0, auditKeep-1)
+			return nil
+		})
+	}
+	if err != nil {
+		s.log.Error("flex: audit", "err", err, "action", e.GetAction())
+	}
+	s.log.Info("audit", "action", e.GetAction(), "actor", e.GetActor(), "accepted", e.GetAccepted(),
+		"from", e.GetFromVersion(), "to", e.GetToVersion(), "reason", e.GetReason(), "error", e.GetError())
+}
+
+// runFlex follows other masters' changes (pub/sub plus a periodic reload)
+// and reverts expired changes until ctx is done.
+func (s *Server) runFlex(ctx context.Context) {
+	sub := s.rdb.Subscribe(ctx, s.flexKey("changed"))
+	defer sub.Close()
+	msgs := sub.Channel()
+	reload := time.NewTicker(FlexReloadInterval)
+	defer reload.Stop()
+	expiry := time.NewTicker(flexExpiryTick)
+	defer expiry.Stop()
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return
+		case <-msgs:
+			err = s.reloadFlexTimeout(ctx)
+		case <-reload.C:
+			err = s.reloadFlexTimeout(ctx)
+		case <-expiry.C:
+			err = s.expireDue(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("flex: background", "err", err)
+		}
+	}
+}
+
+func (s *Server) reloadFlexTimeout(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	return s.reloadFlex(ctx)
+}
+
+// reloadFlex reads the document from Redis and installs it when newer.
+func (s *Server) reloadFlex(ctx context.Context) error {
+	d, err := s.loadDoc(ctx)
+	if err != nil {
+		return err
+	}
+	s.install(d)
+	return nil
+}
+
+// loadDoc reads the document; an absent one is version 0, the normal level.
+func (s *Server) loadDoc(ctx context.Context) (flexDoc, error) {
+	var d flexDoc
+	raw, err := s.rdb.HGet(ctx, s.flexKey("doc"), "doc").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return d, nil
+	}
+	if err != nil {
+		return d, fmt.Errorf("read flex doc: %w", err)
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return d, fmt.Errorf("decode flex doc: %w", err)
+	}
+	return d, nil
+}
+
+// render returns the FlexState of d.
+func (s *Server) render(d flexDoc) (*willowv1.FlexState, error) {
+	st, err := s.plans.Render(d.Setting)
+	if err != nil {
+		return nil, err
+	}
+	st.Version = d.Version
+	st.Actor = d.Actor
+	st.Reason = d.Reason
+	st.ChangedAtUnixMs = d.ChangedAt
+	for _, p := range d.Pending {
+		if st.ExpiresAtUnixMs == 0 || p.At < st.ExpiresAtUnixMs {
+			st.ExpiresAtUnixMs = p.At
+		}
+	}
+	return st, nil
+}
+
+// install makes d the current document if it is newer, and wakes watchers.
+func (s *Server) install(d flexDoc) {
+	s.flexMu.Lock()
+	defer s.flexMu.Unlock()
+	if d.Version <= s.doc.Version && s.doc.Version != 0 || d.Version == 0 {
+		return
+	}
+	st, err := s.render(d)
+	if err != nil {
+		s.log.Error("flex: document does not render with the current levels", "version", d.Version, "err", err)
+		return
+	}
+	s.doc, s.rendered = d, st
+	s.flexVersion.Set(float64(d.Version))
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// current returns the document, its rendering and the change channel.
+func (s *Server) current() (flexDoc, *willowv1.FlexState, <-chan struct{}) {
+	s.flexMu.Lock()
+	defer s.flexMu.Unlock()
+	return s.doc, s.rendered, s.changed
+}
+
+// mutation computes the next document from the current one and the audit
+// entry describing it (action, actor, scope, reason filled).
+type mutation func(cur flexDoc) (flexDoc, *willowv1.AuditEntry, error)
+
+// commit applies m with compare-and-set on the version in Redis, retrying
+// when another master committed in between. It returns the previous and
+// the new state.
+func (s *Server) commit(ctx context.Context, m mutation) (prev, next *willowv1.FlexState, err error) {
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+		cur, err := s.loadDoc(rctx)
+		cancel()
+		if err != nil {
+			return nil, nil, err
+		}
+		nd, entry, err := m(cur)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Never go backwards, even if Redis lost the document.
+		local, _, _ := s.current()
+		nd.Version = max(cur.Version, local.Version) + 1
+		prev, err = s.render(cur)
+		if err != nil {
+			return nil, nil, err
+		}
+		prev.Version = cur.Version
+		next, err = s.render(nd)
+		if err != nil {
+			return nil, nil, err
+		}
+		entry.AtUnixMs = nd.ChangedAt
+		entry.FromVersion, entry.ToVersion = cur.Version, nd.Version
+		entry.From, entry.To = flex.Summary(prev, s.plans), flex.Summary(next, s.plans)
+		entry.Accepted = true
+		docJSON, err := json.Marshal(nd)
+		if err != nil {
+			return nil, nil, err
+		}
+		auditJSON, err := protojson.Marshal(entry)
+		if err != nil {
+			return nil, nil, err
+		}
+		rctx, cancel = context.WithTimeout(ctx, redisTimeout)
+		res, err := s.cas.Run(rctx, s.rdb,
+			[]string{s.flexKey("doc"), s.flexKey("audit"), s.flexKey("changed")},
+			cur.Version, nd.Version, docJSON, auditJSON, auditKeep).Int64()
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("write flex doc: %w", err)
+		}
+		if res == -1 {
+			s.install(nd)
+			s.flexChanges.WithLabelValues(entry.GetAction(), "accepted").Inc()
+			s.log.Info("flex changed", "action", entry.GetAction(), "actor", entry.GetActor(), "from", cur.Version,
+				"to", nd.Version, "change", entry.GetTo(), "reason", entry.GetReason())
+			return prev, next, nil
+		}
+		// Another master committed first: reread and recompute.
+	}
+	return nil, nil, fmt.Errorf("%w: the document kept changing under %d attempts", errVersionConflict, casAttempts)
+}
+
+// expireDue reverts the changes whose expiry has passed.
+func (s *Server) expireDue(ctx context.Context) error {
+	d, _, _ := s.current()
+	now := s.now().UnixMilli()
+	due := false
+	for _, p := range d.Pending {
+		if p.At <= now {
+			due = true
+		}
+	}
+	if !due {
+		return nil
+	}
+	var expired []pendingRevert
+	_, _, err := s.commit(ctx, func(cur flexDoc) (flexDoc, *willowv1.AuditEntry, error) {
+		expired = expired[:0]
+		nd := cur
+		nd.Pending = nil
+		for _, p := range cur.Pending {
+			if p.At <= now {
+				expired = append(expired, p)
+			} else {
+				nd.Pending = append(nd.Pending, p)
+			}
+		}
+		if len(expired) == 0 {
+			return cur, nil, errNothingDue
+		}
+		// Undo the latest change first.
+		sort.Slice(expired, func(i, j int) bool { return expired[i].Version > expired[j].Version })
+		set := cur.Setting.Clone()
+		reason := ""
+		for i, p := range expired {
+			set = flex.Revert(set, p.Before, p.After)
+			if i > 0 {
+				reason += "; "
+			}
+			reason += fmt.Sprintf("expiry of v%d (%s: %s)", p.Version, p.Actor, p.Reason)
+		}
+		prev := cur.Setting.Clone()
+		nd.Setting, nd.Prev = set, &prev
+		nd.Actor, nd.Reason, nd.ChangedAt = "master", reason, s.now().UnixMilli()
+		return nd, &willowv1.AuditEntry{Actor: "master", Action: "expire", Scope: expired[0].Scope, Reason: reason}, nil
+	})
+	if errors.Is(err, errNothingDue) {
+		return nil
+	}
+	return err
+}
+
+var errNothingDue = errors.New("nothing due")
+
+// authorize checks the on-call token and audits a denial.
+func (s *Server) authorize(ctx context.Context, token, action, actor, scope, reason string) error {
+	var err error
+	switch {
+	case s.cfg.OncallToken == "":
+		err = rpcstatus.New(codes.PermissionDenied, "oncall_token", "this master has no on-call token configured: it is read-only")
+	case token == "":
+		err = rpcstatus.New(codes.Unauthenticated, "oncall_token", "an on-call token is required (--token or WILLOW_ONCALL_TOKEN)")
+	case subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.OncallToken)) != 1:
+		err = rpcstatus.New(codes.PermissionDenied, "oncall_token", "wrong on-call token")
+	}
+	if err != nil {
+		s.flexChanges.WithLabelValues(action, "denied").Inc()
+		cur, _, _ := s.current()
+		s.audit(&willowv1.AuditEntry{Actor: actorOf(ctx, actor), Action: action, Scope: scope, Reason: reason,
+			FromVersion: cur.Version, ToVersion: cur.Version, Error: rpcstatus.Line(err)})
+	}
+	return err
+}
+
+// actorOf returns actor, or "anonymous@PEER" when empty.
+func actorOf(ctx context.Context, actor string) string {
+	if actor != "" {
+		return actor
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return "anonymous@" + p.Addr.String()
+	}
+	return "anonymous"
+}
+
+// GetFlex returns the current flex state.
+func (s *Server) GetFlex(ctx context.Context, _ *willowv1.GetFlexRequest) (*willowv1.FlexState, error) {
+	return proto.Clone(s.flexSnapshot()).(*willowv1.FlexState), nil
+}
+
+// SetFlex validates and applies a change: a level switch and/or single-knob
+// overrides, globally or in one scope, optionally expiring. Errors:
+// UNAUTHENTICATED/PERMISSION_DENIED oncall_token, INVALID_ARGUMENT with
+// reason invalid_knob, unknown_knob, unknown_business, unknown_level,
+// invalid_scope, invalid_expiry, missing_reason or empty_change, ABORTED
+// version_conflict, UNAVAILABLE redis.
+func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*willowv1.SetFlexResponse, error) {
+	action := "knob"
+	if req.GetLevel() != "" {
+		action = "set"
+	}
+	actor := actorOf(ctx, req.GetActor())
+	if !req.GetDryRun() {
+		if err := s.authorize(ctx, req.GetToken(), action, actor, req.GetScope(), req.GetReason()); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.validateSet(req); err != nil {
+		s.flexChanges.WithLabelValues(action, "invalid").Inc()
+		if !req.GetDryRun() {
+			cur, _, _ := s.current()
+			s.audit(&willowv1.AuditEntry{Actor: actor, Action: action, Scope: req.GetScope(), Reason: req.GetReason(),
+				FromVersion: cur.Version, ToVersion: cur.Version, To: describeRequest(req), Error: rpcstatus.Line(err)})
+		}
+		return nil, err
+	}
+	mut := func(cur flexDoc) (flexDoc, *willowv1.AuditEntry, error) {
+		if ev := req.GetExpectedVersion(); ev != 0 && ev != cur.Version {
+			return cur, nil, fmt.Errorf("%w: the flex state is at version %d, you expected %d: reread it and retry", errVersionConflict, cur.Version, ev)
+		}
+		set := cur.Setting.Clone()
+		if req.GetScope() == "" {
+			if req.GetLevel() != "" {
+				// A global level switch is the plan exactly: it clears the
+				// global overrides and widens every staged rollout.
+				set = flex.Setting{Global: flex.Layer{Level: req.GetLevel()}}
+			}
+			set.Global.Overrides = merge(set.Global.Overrides, req.GetKnobs())
+		} else {
+			l := set.Scopes[req.GetScope()]
+			if req.GetLevel() != "" {
+				l = flex.Layer{Level: req.GetLevel()}
+			}
+			l.Overrides = merge(l.Overrides, req.GetKnobs())
+			if set.Scopes == nil {
+				set.Scopes = map[string]flex.Layer{}
+			}
+			set.Scopes[req.GetScope()] = l
+		}
+		now := s.now().UnixMilli()
+		prev := cur.Setting.Clone()
+		nd := flexDoc{Version: cur.Version + 1, Setting: set, Prev: &prev, Pending: cur.Pending,
+			Actor: actor, Reason: req.GetReason(), ChangedAt: now}
+		if req.GetForMs() > 0 {
+			nd.Pending = append(append([]pendingRevert(nil), cur.Pending...), pendingRevert{
+				Version: cur.Version + 1, At: now + req.GetForMs(), Before: prev, After: set.Clone(),
+				Actor: actor, Reason: req.GetReason(), Scope: req.GetScope(),
+			})
+		}
+		return nd, &willowv1.AuditEntry{Actor: actor, Action: action, Scope: req.GetScope(), Reason: req.GetReason()}, nil
+	}
+	if req.GetDryRun() {
+		rctx, cancel := context.WithTimeout(ctx, redisTimeout)
+		cur, err := s.loadDoc(rctx)
+		cancel()
+		if err != nil {
+			return nil, flexStatus(err)
+		}
+		nd, _, err := mut(cur)
+		if err != nil {
+			return nil, flexStatus(err)
+		}
+		prev, err := s.render(cur)
+		if err != nil {
+			return nil, flexStatus(err)
+		}
+		next, err := s.render(nd)
+		if err != nil {
+			return nil, flexStatus(err)
+		}
+		return &willowv1.SetFlexResponse{Flex: next, Previous: prev}, nil
+	}
+	prev, next, err := s.commit(ctx, mut)
+	if err != nil {
+		err = flexStatus(err)
+		s.flexChanges.WithLabelValues(action, "conflict").Inc()
+		cur, _, _ := s.current()
+		s.audit(&willowv1.AuditEntry{Actor: actor, Action: action, Scope: req.GetScope(), Reason: req.GetReason(),
+			FromVersion: cur.Version, ToVersion: cur.Version, To: describeRequest(req), Error: rpcstatus.Line(err)})
+		return nil, err
+	}
+	return &willowv1.SetFlexResponse{Flex: next, Previous: prev}, nil
+}
+
+func merge(dst, src map[string]string) map[string]string {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = map[string]string{}
+	}
+	for k, v := range src {
+		dst[k] = v
+	}
+	return dst
+}
+
+// describeRequest summarizes a rejected request for the audit log.
+func describeRequest(req *willowv1.SetFlexRequest) string {
+	s := ""
+	if req.GetLevel() != "" {
+		s = "level=" + req.GetLevel()
+	}
+	keys := make([]string, 0, len(req.GetKnobs()))
+	for k := range req.GetKnobs() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if s != "" {
+			s += " "
+		}
+		s += k + "=" + req.GetKnobs()[k]
+	}
+	if req.GetScope() != "" {
+		s += " @" + req.GetScope()
+	}
+	return s
+}
+
+// validateSet checks a SetFlex request before it touches the document.
+func (s *Server) validateSet(req *willowv1.SetFlexRequest) error {
+	if req.GetReason() == "" {
+		return rpcstatus.New(codes.InvalidArgument, "missing_reason", "every flex change needs a reason (--reason)")
+	}
+	if req.GetLevel() == "" && len(req.GetKnobs()) == 0 {
+		return rpcstatus.New(codes.InvalidArgument, "empty_change", "nothing to change: give a level or knobs")
+	}
+	if err := flex.ValidateScope(req.GetScope()); err != nil {
+		return flexStatus(err)
+	}
+	if req.GetForMs() < 0 {
+		return rpcstatus.New(codes.InvalidArgument, "invalid_expiry", "expiry is in the past (for %s): it must be a positive duration", time.Duration(req.GetForMs())*time.Millisecond)
+	}
+	if req.GetLevel() != "" {
+		if _, err := s.plans.Plan(req.GetLevel()); err != nil {
+			return flexStatus(err)
+		}
+	}
+	names := make([]string, 0, len(req.GetKnobs()))
+	for k := range req.GetKnobs() {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if err := s.plans.Validate(k, req.GetKnobs()[k]); err != nil {
+			return flexStatus(err)
+		}
+	}
+	return nil
+}
+
+// flexStatus converts flex errors into gRPC status errors with a reason.
+func flexStatus(err error) error {
+	if rpcstatus.Reason(err) != "" {
+		return err
+	}
+	switch {
+	case errors.Is(err, flex.ErrUnknownKnob):
+		return rpcstatus.New(codes.InvalidArgument, "unknown_knob", "%v", err)
+	case errors.Is(err, flex.ErrUnknownBusiness):
+		return rpcstatus.New(codes.InvalidArgument, "unknown_business", "%v", err)
+	case errors.Is(err, flex.ErrOutOfRange):
+		return rpcstatus.New(codes.InvalidArgument, "invalid_knob", "%v", err)
+	case errors.Is(err, flex.ErrUnknownLevel):
+		return rpcstatus.New(codes.InvalidArgument, "unknown_level", "%v", err)
+	case errors.Is(err, flex.ErrBadScope):
+		return rpcstatus.New(codes.InvalidArgument, "invalid_scope", "%v", err)
+	case errors.Is(err, errVersionConflict):
+		return rpcstatus.New(codes.Aborted, "version_conflict", "%v", err)
+	case errors.Is(err, errNoPrevious):
+		return rpcstatus.New(codes.FailedPrecondition, "no_previous", "%v", err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return rpcstatus.New(codes.DeadlineExceeded, "deadline", "%v", err)
+	}
+	return rpcstatus.New(codes.Unavailable, "redis", "flex store: %v", err)
+}
+
+// RollbackFlex reverts to the state before the current version (a second
+// rollback re-applies it). Errors as SetFlex, plus FAILED_PRECONDITION
+// no_previous.
+func (s *Server) RollbackFlex(ctx context.Context, req *willowv1.RollbackFlexRequest) (*willowv1.SetFlexResponse, error) {
+	actor := actorOf(ctx, req.GetActor())
+	if err := s.authorize(ctx, req.GetToken(), "rollback", actor, "", req.GetReason()); err != nil {
+		return nil, err
+	}
+	if req.GetReason() == "" {
+		return nil, rpcstatus.New(codes.InvalidArgument, "missing_reason", "a rollback needs a reason (--reason)")
+	}
+	prev, next, err := s.commit(ctx, func(cur flexDoc) (flexDoc, *willowv1.AuditEntry, error) {
+		if ev := req.GetExpectedVersion(); ev != 0 && ev != cur.Version {
+			return cur, nil, fmt.Errorf("%w: the flex state is at version %d, you expected %d: reread it and retry", errVersionConflict, cur.Version, ev)
+		}
+		if cur.Prev == nil {
+			return cur, nil, errNoPrevious
+		}
+		back := cur.Setting.Clone()
+		nd := flexDoc{Version: cur.Version + 1, Setting: cur.Prev.Clone(), Prev: &back, Pending: cur.Pending,
+			Actor: actor, Reason: req.GetReason(), ChangedAt: s.now().UnixMilli()}
+		return nd, &willowv1.AuditEntry{Actor: actor, Action: "rollback", Reason: req.GetReason()}, nil
+	})
+	if err != nil {
+		err = flexStatus(err)
+		cur, _, _ := s.current()
+		s.audit(&willowv1.AuditEntry{Actor: actor, Action: "rollback", Reason: req.GetReason(),
+			FromVersion: cur.Version, ToVersion: cur.Version, Error: rpcstatus.Line(err)})
+		return nil, err
+	}
+	return &willowv1.SetFlexResponse{Flex: next, Previous: prev}, nil
+}
+
+// FlexHistory lists the audit log, newest first.
+func (s *Server) FlexHistory(ctx context.Context, req *willowv1.FlexHistoryRequest) (*willowv1.FlexHistoryResponse, error) {
+	limit := int64(req.GetLimit())
+	if limit <= 0 {
+		limit = defaultHistory
+	}
+	limit = min(limit, auditKeep)
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	raws, err := s.rdb.LRange(ctx, s.flexKey("audit"), 0, limit-1).Result()
+	if err != nil {
+		return nil, rpcstatus.New(codes.Unavailable, "redis", "read audit log: %v", err)
+	}
+	resp := &willowv1.FlexHistoryResponse{}
+	for _, r := range raws {
+		e := &willowv1.AuditEntry{}
+		if err := protojson.Unmarshal([]byte(r), e); err != nil {
+			s.log.Warn("flex: bad audit entry", "err", err)
+			continue
+		}
+		resp.Entries = append(resp.Entries, e)
+	}
+	return resp, nil
+}
+
+// Watch streams the flex state: the current state first, then every new
+// version, until the client goes away.
+func (s *Server) Watch(req *willowv1.WatchRequest, stream grpc.ServerStreamingServer[willowv1.WatchEvent]) error {
+	_, st, ch := s.current()
+	if err := stream.Send(&willowv1.WatchEvent{Flex: st}); err != nil {
+		return err
+	}
+	sent := st.GetVersion()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-ch:
+		}
+		_, st, ch = s.current()
+		if st.GetVersion() == sent {
+			continue
+		}
+		if err := stream.Send(&willowv1.WatchEvent{Flex: st}); err != nil {
+			return err
+		}
+		sent = st.GetVersion()
+	}
+}
