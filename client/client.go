@@ -14,11 +14,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
+	"willow/shedding"
 )
 
 // Defaults.
@@ -29,17 +29,10 @@ const (
 	DefaultCallTimeout = 2 * time.Minute
 )
 
-// Metadata keys carrying the request context (read by the shedding
-// interceptors).
-const (
-	MDBusiness = "willow-business"
-	MDUser     = "willow-user"
-)
-
 // WithRequest returns ctx carrying business and user as outgoing gRPC
-// metadata.
+// metadata, read by the shedding interceptors (shedding.WithRequest).
 func WithRequest(ctx context.Context, business, user string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, MDBusiness, business, MDUser, user)
+	return shedding.WithRequest(ctx, business, user)
 }
 
 // Client uploads and downloads media through a Router.

@@ -17,6 +17,7 @@ import (
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 )
 
 // Defaults.
@@ -71,7 +72,7 @@ type cachedRoute struct {
 type Router struct {
 	cfg     RouterConfig
 	masters []string
-	budget  *Budget
+	budget  *shedding.RetryBudget
 
 	mu     sync.Mutex // guards routes, conns, knobs, next
 	routes map[routeKey]cachedRoute
@@ -115,10 +116,12 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			masters = append(masters, a)
 		}
 	}
+	budget := shedding.NewRetryBudget(cfg.RetryRatio, cfg.BudgetWindow, cfg.Now)
+	budget.SetFloor(cfg.MinRetries)
 	return &Router{
 		cfg:     cfg,
 		masters: masters,
-		budget:  NewBudget(cfg.RetryRatio, cfg.BudgetWindow, cfg.MinRetries, cfg.Now),
+		budget:  budget,
 		routes:  map[routeKey]cachedRoute{},
 		conns:   map[string]*grpc.ClientConn{},
 	}, nil
@@ -139,7 +142,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func (r *Router) Region() string { return r.cfg.Region }
 
 // Budget is the router's retry budget.
-func (r *Router) Budget() *Budget { return r.budget }
+func (r *Router) Budget() *shedding.RetryBudget { return r.budget }
 
 // Conn returns a pooled connection to addr; callers must not close it.
 func (r *Router) Conn(addr string) (*grpc.ClientConn, error) {
@@ -148,7 +151,9 @@ func (r *Router) Conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := r.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := node.Dial(addr, r.cfg.TLS)
+	c, err := node.Dial(addr, r.cfg.TLS,
+		grpc.WithChainUnaryInterceptor(shedding.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(shedding.StreamClientInterceptor()))
 	if err != nil {
 		return nil, err
 	}

@@ -151,24 +151,3 @@ func TestRetryBudgetCapsRetries(t *testing.T) {
 		t.Fatal("no retries at all: the budget should allow some")
 	}
 }
-
-func TestBudgetSlidingWindow(t *testing.T) {
-	now := time.Unix(0, 0)
-	b := client.NewBudget(0.1, 10*time.Second, 0, func() time.Time { return now })
-	for i := 0; i < 100; i++ {
-		b.OnRequest()
-	}
-	allowed := 0
-	for i := 0; i < 50; i++ {
-		if b.AllowRetry() {
-			allowed++
-		}
-	}
-	if allowed != 10 {
-		t.Fatalf("allowed %d retries for 100 requests, want 10", allowed)
-	}
-	now = now.Add(11 * time.Second) // the window has passed
-	if b.AllowRetry() {
-		t.Fatal("retry allowed with no requests in the window")
-	}
-}

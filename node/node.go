@@ -29,6 +29,7 @@ import (
 
 	"willow/flex"
 	willowv1 "willow/proto/willow/v1"
+	"willow/shedding"
 )
 
 // Defaults.
@@ -73,6 +74,10 @@ type Config struct {
 	TLS *tls.Config
 	// ClientTLS, when set, is used to dial the master.
 	ClientTLS *tls.Config
+	// Shed, when set, installs the shared admission policy (shedding) on
+	// every RPC, reading this node's live knobs; health checks and
+	// reflection are always exempt.
+	Shed *shedding.Config
 	// Gauges, when set, is called every heartbeat for role-specific load
 	// figures (pool bytes, held items, ...).
 	Gauges func() map[string]float64
@@ -102,6 +107,8 @@ type Node struct {
 	mu        sync.Mutex // guards callbacks and drills
 	callbacks []func(flex.Knobs)
 	drills    []*willowv1.Drill
+
+	shedder *shedding.Shedder
 
 	flexVersion prometheus.Gauge
 	flexLevel   *prometheus.GaugeVec
@@ -152,6 +159,25 @@ func New(cfg Config) (*Node, error) {
 	n.flexLevel = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "willow_flex_level", Help: "1 for the flex level this node runs."}, []string{"level"})
 	n.reg.MustRegister(n.flexVersion, n.flexLevel)
 	n.flexLevel.WithLabelValues("normal").Set(1)
+
+	if cfg.Shed != nil {
+		sc := *cfg.Shed
+		sc.Exempt = append(append([]string(nil), sc.Exempt...),
+			healthpb.Health_Check_FullMethodName, healthpb.Health_Watch_FullMethodName,
+			"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+			"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+		sh, err := shedding.New(sc, shedding.Deps{Knobs: n.Knobs, Registerer: n.reg, Now: cfg.Now})
+		if err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+		n.shedder = sh
+		cfg.Unary = append([]grpc.UnaryServerInterceptor{sh.UnaryServerInterceptor()}, cfg.Unary...)
+		cfg.Stream = append([]grpc.StreamServerInterceptor{sh.StreamServerInterceptor()}, cfg.Stream...)
+		if cfg.QueueMs == nil {
+			cfg.QueueMs = sh.QueueMs
+		}
+		n.cfg = cfg
+	}
 
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -220,6 +246,9 @@ func New(cfg Config) (*Node, error) {
 	})
 	return n, nil
 }
+
+// Shedder is the node's admission policy, nil when Config.Shed was nil.
+func (n *Node) Shedder() *shedding.Shedder { return n.shedder }
 
 // Server is the gRPC server to register services on before Run.
 func (n *Node) Server() *grpc.Server { return n.grpc }

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -97,6 +99,12 @@ func (n *Node) load() *willowv1.Load {
 	if n.cfg.Gauges != nil {
 		l.Gauges = n.cfg.Gauges()
 	}
+	if rss := rssBytes(); rss > 0 {
+		if l.Gauges == nil {
+			l.Gauges = map[string]float64{}
+		}
+		l.Gauges["mem_rss_bytes"] = rss
+	}
 	return l
 }
 
@@ -167,4 +175,17 @@ func (n *Node) drillStream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 		return err
 	}
 	return h(srv, ss)
+}
+
+// rssBytes is the process's resident set size, from /proc/self/statm.
+func rssBytes() float64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, rss int64
+	if _, err := fmt.Sscan(string(b), &size, &rss); err != nil {
+		return 0
+	}
+	return float64(rss * int64(os.Getpagesize()))
 }

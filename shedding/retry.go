@@ -19,6 +19,7 @@ const (
 // most the number of callers racing.
 type RetryBudget struct {
 	ratio   float64
+	floor   atomic.Int64 // retries always allowed per window
 	bucket  int64 // ns per bucket
 	now     func() time.Time
 	buckets [retryBuckets]retryBucket
@@ -50,6 +51,10 @@ func NewRetryBudget(ratio float64, window time.Duration, now func() time.Time) *
 	return b
 }
 
+// SetFloor lets n retries per window through even with little traffic, so
+// a quiet caller can still fail over (Finagle's minimum retries).
+func (b *RetryBudget) SetFloor(n int) { b.floor.Store(int64(n)) }
+
 // current returns the bucket for now, recycling it if it held an old epoch.
 func (b *RetryBudget) current() (*retryBucket, int64) {
 	e := b.now().UnixNano() / b.bucket
@@ -79,7 +84,7 @@ func (b *RetryBudget) AllowRetry() bool {
 			retries += bk.retries.Load()
 		}
 	}
-	if float64(retries+1) > b.ratio*float64(reqs) {
+	if float64(retries+1) > b.ratio*float64(reqs)+float64(b.floor.Load()) {
 		return false
 	}
 	cur.retries.Add(1)
