@@ -2,8 +2,10 @@ package shedding_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -67,4 +69,57 @@ func BenchmarkUnaryLoopback(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkUnaryOverhead interleaves no-op unary RPCs over loopback on three
+// servers (no interceptor, shedding server interceptor, server + client
+// interceptors), rotating the order every iteration so the noise of a
+// shared machine falls on all three alike, and reports each one's median
+// latency (robust to the spikes of a shared machine) and the overhead of
+// the medians against no interceptor.
+func BenchmarkUnaryOverhead(b *testing.B) {
+	s, err := shedding.New(shedding.Config{}, shedding.Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s2, err := shedding.New(shedding.Config{}, shedding.Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	conns := []*grpc.ClientConn{
+		serve(b, nil, &testServer{}),
+		serve(b, s, &testServer{}),
+		serve(b, s2, &testServer{}, grpc.WithChainUnaryInterceptor(shedding.UnaryClientInterceptor())),
+	}
+	ctx := context.Background()
+	for _, cc := range conns {
+		for range 100 { // warm up connections
+			if _, err := call(ctx, cc, mWork, "comment", "user-1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var lat [3][]time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		for j := range conns {
+			k := (i + j) % len(conns)
+			start := time.Now()
+			if _, err := call(ctx, conns[k], mWork, "comment", "user-1"); err != nil {
+				b.Fatal(err)
+			}
+			lat[k] = append(lat[k], time.Since(start))
+		}
+	}
+	b.StopTimer()
+	var med [3]float64
+	for k := range lat {
+		slices.Sort(lat[k])
+		med[k] = float64(lat[k][len(lat[k])/2])
+	}
+	b.ReportMetric(med[0], "ns-median/none")
+	b.ReportMetric(med[1], "ns-median/server")
+	b.ReportMetric(med[2], "ns-median/server+client")
+	b.ReportMetric(100*(med[1]-med[0])/med[0], "%overhead-server")
+	b.ReportMetric(100*(med[2]-med[0])/med[0], "%overhead-server+client")
 }

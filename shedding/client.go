@@ -84,8 +84,8 @@ func newClient(opts []ClientOption) *client {
 // else the one of the incoming request being served (so a whole call chain
 // is one user's), and the business and user.
 func outgoing(ctx context.Context) (context.Context, string, string) {
-	md, _ := metadata.FromOutgoingContext(ctx)
-	b, u := lastOf(md[MDBusiness]), lastOf(md[MDUser])
+	b := lastOf(metadata.ValueFromOutgoingContext(ctx, MDBusiness))
+	u := lastOf(metadata.ValueFromOutgoingContext(ctx, MDUser))
 	if b != "" || u != "" {
 		return ctx, b, u
 	}

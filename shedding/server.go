@@ -2,7 +2,6 @@ package shedding
 
 import (
 	"context"
-	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -43,7 +42,8 @@ func lastOf(v []string) string {
 // gate runs admission for one call. It returns the context for the handler
 // (carrying WouldShed for Deferred methods), a release func for the slot
 // (nil when none was taken) and the rejection error, if any.
-func (s *Shedder) gate(ctx context.Context, method string, setHeader func(metadata.MD) error) (context.Context, func(), error) {
+// ss is the server stream, nil for unary calls.
+func (s *Shedder) gate(ctx context.Context, method string, ss grpc.ServerStream) (context.Context, func(), error) {
 	if s.exempt[method] {
 		return ctx, nil, nil
 	}
@@ -51,7 +51,12 @@ func (s *Shedder) gate(ctx context.Context, method string, setHeader func(metada
 	business, user := requestContext(ctx)
 	reason, ok, bi, key := s.admit(business, user)
 	if !deferred {
-		_ = setHeader(metadata.Pairs(HeaderAdmitLevel, strconv.Itoa(int(s.level.Load()))))
+		md := s.levelMD[s.level.Load()] // shared: grpc copies header metadata
+		if ss != nil {
+			_ = ss.SetHeader(md)
+		} else {
+			_ = grpc.SetHeader(ctx, md)
+		}
 	}
 	if !ok {
 		if deferred {
@@ -90,7 +95,7 @@ func (s *Shedder) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if s.exempt[info.FullMethod] {
 			return handler(ctx, req)
 		}
-		ctx, release, err := s.gate(ctx, info.FullMethod, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
+		ctx, release, err := s.gate(ctx, info.FullMethod, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -108,7 +113,7 @@ func (s *Shedder) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if s.exempt[info.FullMethod] {
 			return handler(srv, ss)
 		}
-		ctx, release, err := s.gate(ss.Context(), info.FullMethod, ss.SetHeader)
+		ctx, release, err := s.gate(ss.Context(), info.FullMethod, ss)
 		if err != nil {
 			return err
 		}

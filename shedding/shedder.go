@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/metadata"
 
 	"willow/flex"
 	"willow/rpcstatus"
@@ -129,6 +131,7 @@ type Shedder struct {
 	lastRoll  atomic.Int64  // unix ns of the last roll
 	rollMu    sync.Mutex    // held while a window is rolled
 	counts    []int64       // guarded by rollMu: scratch histogram
+	levelMD   []metadata.MD // header metadata for each level, read-only
 
 	knobs      atomic.Pointer[cachedKnobs]
 	knobsMu    sync.Mutex // held while knobs are refreshed
@@ -189,6 +192,10 @@ func New(cfg Config, deps Deps) (*Shedder, error) {
 	s.maxLevel = int32(s.nBiz*UserLevels - 1)
 	s.hist = make([]atomic.Int64, s.nBiz*UserLevels)
 	s.counts = make([]int64, s.nBiz*UserLevels)
+	s.levelMD = make([]metadata.MD, s.nBiz*UserLevels)
+	for i := range s.levelMD {
+		s.levelMD[i] = metadata.Pairs(HeaderAdmitLevel, strconv.Itoa(i))
+	}
 	s.level.Store(s.maxLevel)
 	s.key = deriveKey(cfg.UserKey)
 	for _, m := range cfg.Deferred {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"willow/rpcstatus"
 	"willow/shedding"
@@ -183,7 +184,9 @@ func TestLevelTravelsAndClientDropsEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := &testServer{block: make(chan struct{})}
-	cc := serve(t, s, ts, grpc.WithChainUnaryInterceptor(shedding.UnaryClientInterceptor(shedding.WithClock(clk.Now))))
+	cc := serve(t, s, ts,
+		grpc.WithChainUnaryInterceptor(shedding.UnaryClientInterceptor(shedding.WithClock(clk.Now))),
+		grpc.WithChainStreamInterceptor(shedding.StreamClientInterceptor(shedding.WithClock(clk.Now))))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -238,6 +241,15 @@ func TestLevelTravelsAndClientDropsEarly(t *testing.T) {
 	if _, err := call(ctx, cc, mWork, "moments", "alice"); err != nil {
 		t.Errorf("top priority dropped: %v", err)
 	}
+	// Streams learn the level from their header too.
+	if err := watch(ctx, cc, "moments", "alice"); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	before = ts.calls.Load()
+	err = watch(ctx, cc, "spam", "carol")
+	if rpcstatus.Reason(err) != shedding.ReasonOverload || ts.calls.Load() != before {
+		t.Fatalf("stream of unknown business: got %v (server calls %d -> %d), want dropped early", err, before, ts.calls.Load())
+	}
 
 	clk.Advance(3 * time.Second) // level expired in the client; calm window in the server
 	if _, err := call(ctx, cc, mWork, "spam", "carol"); err != nil {
@@ -245,5 +257,39 @@ func TestLevelTravelsAndClientDropsEarly(t *testing.T) {
 	}
 	if got := s.Level(); got != s.MaxLevel() {
 		t.Errorf("level %d after a calm window with no demand above it, want %d", got, s.MaxLevel())
+	}
+}
+
+// TestClientPropagatesRequestContext: a service calling another while
+// serving a request passes the incoming business and user on, so the
+// callee ranks the call as the original user's.
+func TestClientPropagatesRequestContext(t *testing.T) {
+	s, err := shedding.New(shedding.Config{}, shedding.Deps{Knobs: knobs(map[string]float64{"moments": 1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := serve(t, s, &testServer{},
+		grpc.WithChainUnaryInterceptor(shedding.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(shedding.StreamClientInterceptor()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// As if inside a handler serving a moments request of user dave.
+	in := metadata.NewIncomingContext(ctx, metadata.Pairs(shedding.MDBusiness, "moments", shedding.MDUser, "dave"))
+	err = cc.Invoke(in, mWork, wrapperspb.String("x"), new(wrapperspb.StringValue))
+	if rpcstatus.Reason(err) != shedding.ReasonShedRatio {
+		t.Fatalf("unary: got %v, want the callee to see business moments and shed it", err)
+	}
+	cs, err := cc.NewStream(in, &testDesc.Streams[0], mWatch)
+	if err == nil {
+		_ = cs.SendMsg(wrapperspb.String("x"))
+		_ = cs.CloseSend()
+		err = cs.RecvMsg(new(wrapperspb.StringValue))
+	}
+	if rpcstatus.Reason(err) != shedding.ReasonShedRatio {
+		t.Fatalf("stream: got %v, want the callee to see business moments and shed it", err)
+	}
+	// The caller's own request context wins over the incoming one.
+	if _, err := call(in, cc, mWork, "comment", "dave"); err != nil {
+		t.Fatalf("explicit WithRequest: %v", err)
 	}
 }
