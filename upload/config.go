@@ -1,0 +1,147 @@
+package upload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	"willow/buffer"
+	"willow/client"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+	"willow/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxImageBytes   = 30 << 20
+	DefaultMaxVideoBytes   = 200 << 20
+	DefaultMaxPixels       = 50_000_000
+	DefaultCompressTimeout = 30 * time.Second
+	DefaultStoreTimeout    = 60 * time.Second
+	DefaultStagingTTL      = 24 * time.Hour
+	DefaultCommittedTTL    = time.Hour
+	DefaultRetryMin        = time.Second
+	DefaultRetryMax        = 5 * time.Minute
+	DefaultSyncEvery       = 8 << 20
+	DefaultPollInterval    = 200 * time.Millisecond
+	// MaxChunkBytes is the largest chunk a client may send.
+	MaxChunkBytes = 1 << 20
+)
+
+// DefaultBusinesses are the businesses known when Config.Businesses is
+// empty.
+var DefaultBusinesses = []string{"moments", "comment", "avatar", "prefetch"}
+
+// Config configures a Server. Zero values mean the documented default.
+type Config struct {
+	// Secret is the upload-token HMAC secret; required.
+	Secret []byte
+	// StagingDir holds staged chunks and, without Redis, the compress
+	// journal; it survives restarts. Required.
+	StagingDir string
+	// MaxImageBytes, MaxVideoBytes bound an upload's size; MaxPixels
+	// bounds an image's width x height as its header states it. Defaults
+	// DefaultMaxImageBytes, DefaultMaxVideoBytes, DefaultMaxPixels.
+	MaxImageBytes, MaxVideoBytes, MaxPixels int64
+	// Businesses lists the known businesses; default DefaultBusinesses.
+	Businesses []string
+	// CompressTimeout bounds one compress call; default
+	// DefaultCompressTimeout.
+	CompressTimeout time.Duration
+	// StoreTimeout bounds one store or pool write; default
+	// DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// StagingTTL: an upload not committed within it is removed; default
+	// DefaultStagingTTL.
+	StagingTTL time.Duration
+	// CommittedTTL: how long the staging dir remembers a committed upload
+	// (the store record remembers it for ever); default DefaultCommittedTTL.
+	CommittedTTL time.Duration
+	// RetryMin and RetryMax bound the compress-retry backoff; defaults
+	// DefaultRetryMin, DefaultRetryMax.
+	RetryMin, RetryMax time.Duration
+	// SyncEvery: a chunk stream fsyncs the staging file at least every
+	// SyncEvery bytes (and always at its end); default DefaultSyncEvery.
+	SyncEvery int64
+	// PollInterval is how often Run looks for due work; default
+	// DefaultPollInterval.
+	PollInterval time.Duration
+	// JournalKey is the Redis key of the compress journal; default
+	// "willow:upload:NODE:compress".
+	JournalKey string
+	// Logger; default the node's logger.
+	Logger *slog.Logger
+}
+
+// Deps are the Server's collaborators.
+type Deps struct {
+	// Node is the node the service runs in (live knobs, metrics,
+	// identity); required.
+	Node *node.Node
+	// Store holds raw bytes, variants and records; required.
+	Store store.Store
+	// Redis, when set, holds the compress journal (a sorted set); nil
+	// keeps the journal in the staging dir. When Redis fails the journal
+	// falls back to the staging dir, so nothing is forgotten.
+	Redis redis.UniversalClient
+	// Router reaches compress workers; when nil, Compress is used.
+	Router *client.Router
+	// Compress is a direct compress client used when Router is nil
+	// (tests, single-box setups).
+	Compress willowv1.CompressClient
+	// Pool1 and Pool2 are the buffer pools; nil disables a pool.
+	Pool1, Pool2 *buffer.Pool
+	// WouldShed reports whether admission control deferred a Begin it
+	// would otherwise have shed (shedding.WouldShed); nil means never.
+	WouldShed func(ctx context.Context) bool
+	// Now; default time.Now.
+	Now func() time.Time
+}
+
+// router is the part of client.Router the front uses.
+type router interface {
+	Call(ctx context.Context, role, business string, fn func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error) error
+}
+
+func (c *Config) setDefaults() error {
+	if len(c.Secret) == 0 {
+		return errors.New("upload: Config.Secret is required")
+	}
+	if c.StagingDir == "" {
+		return errors.New("upload: Config.StagingDir is required")
+	}
+	def := func(p *int64, v int64) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	defD := func(p *time.Duration, v time.Duration) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&c.MaxImageBytes, DefaultMaxImageBytes)
+	def(&c.MaxVideoBytes, DefaultMaxVideoBytes)
+	def(&c.MaxPixels, DefaultMaxPixels)
+	def(&c.SyncEvery, DefaultSyncEvery)
+	defD(&c.CompressTimeout, DefaultCompressTimeout)
+	defD(&c.StoreTimeout, DefaultStoreTimeout)
+	defD(&c.StagingTTL, DefaultStagingTTL)
+	defD(&c.CommittedTTL, DefaultCommittedTTL)
+	defD(&c.RetryMin, DefaultRetryMin)
+	defD(&c.RetryMax, DefaultRetryMax)
+	defD(&c.PollInterval, DefaultPollInterval)
+	if len(c.Businesses) == 0 {
+		c.Businesses = DefaultBusinesses
+	}
+	if c.RetryMax < c.RetryMin {
+		return fmt.Errorf("upload: RetryMax %s < RetryMin %s", c.RetryMax, c.RetryMin)
+	}
+	return nil
+}

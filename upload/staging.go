@@ -1,0 +1,374 @@
+package upload
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Chunk-handling errors; the server edge maps them to gRPC statuses.
+var (
+	errGap       = errors.New("chunk starts beyond the durable end")
+	errRange     = errors.New("chunk outside the declared size")
+	errMismatch  = errors.New("chunk differs from bytes already received at that offset")
+	errCommitted = errors.New("upload already committed")
+	errTooBig    = errors.New("chunk over the maximum chunk size")
+)
+
+// stageMeta is what Begin declared; it is written once, atomically.
+type stageMeta struct {
+	UploadID    string    `json:"upload_id"`
+	User        string    `json:"user"`
+	Business    string    `json:"business"`
+	Kind        int32     `json:"kind"`
+	Size        int64     `json:"size"`
+	SHA256      string    `json:"sha256"`
+	ContentType string    `json:"content_type,omitempty"`
+	Filename    string    `json:"filename,omitempty"`
+	Deferred    bool      `json:"deferred,omitempty"`
+	Created     time.Time `json:"created"`
+}
+
+// commitMarker remembers a committed upload in its staging dir.
+type commitMarker struct {
+	MediaID  string    `json:"media_id"`
+	Location string    `json:"location"`
+	At       time.Time `json:"at"`
+}
+
+// Staging file names inside one upload's directory.
+const (
+	fileMeta      = "meta.json"
+	fileData      = "data"
+	fileOffset    = "offset"
+	fileCommitted = "committed.json"
+	slotSize      = 512
+)
+
+// staged is one upload being received. Chunks are accepted in order: the
+// bytes [0, written) are contiguous, hashed as they arrive, and the bytes
+// [0, durable) are fsynced with their offset and hash state recorded in
+// the offset file (two alternating checksummed slots, so a torn write of
+// one leaves the other). On open the data file is cut back to the durable
+// offset: bytes written but not synced before a crash are never trusted.
+type staged struct {
+	dir  string
+	meta stageMeta
+
+	mu        sync.Mutex // guards everything below
+	f         *os.File
+	written   int64
+	durable   int64
+	sinceSync int64
+	seq       uint64
+	h         hash.Hash
+	committed *commitMarker
+}
+
+func writeFileSync(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// createStaged makes a new staging dir for meta, durably.
+func createStaged(dir string, meta stageMeta) (*staged, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileSync(filepath.Join(dir, fileMeta), b); err != nil {
+		return nil, err
+	}
+	if err := syncDir(filepath.Dir(dir)); err != nil {
+		return nil, err
+	}
+	return openStaged(dir)
+}
+
+// readStageMeta reads an upload's declared metadata.
+func readStageMeta(dir string) (stageMeta, error) {
+	var m stageMeta
+	b, err := os.ReadFile(filepath.Join(dir, fileMeta))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("staging %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// openStaged opens an existing staging dir, recovering the durable offset.
+func openStaged(dir string) (*staged, error) {
+	meta, err := readStageMeta(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &staged{dir: dir, meta: meta, h: sha256.New()}
+	if b, err := os.ReadFile(filepath.Join(dir, fileCommitted)); err == nil {
+		var c commitMarker
+		if json.Unmarshal(b, &c) == nil && c.MediaID != "" {
+			s.committed = &c
+			return s, nil
+		}
+	}
+	off, hs, seq := readOffset(filepath.Join(dir, fileOffset))
+	if off > 0 {
+		if err := s.h.(encoding.BinaryUnmarshaler).UnmarshalBinary(hs); err != nil {
+			off, seq = 0, 0
+			s.h = sha256.New()
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fileData), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || st.Size() < off {
+		// The offset record claims more than the file holds: trust nothing.
+		off, seq = 0, 0
+		s.h = sha256.New()
+	}
+	if err := f.Truncate(off); err != nil {
+		f.Close()
+		return nil, err
+	}
+	s.f, s.written, s.durable, s.seq = f, off, off, seq
+	return s, nil
+}
+
+// readOffset returns the newest valid slot of an offset file.
+func readOffset(path string) (off int64, hashState []byte, seq uint64) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, nil, 0
+	}
+	for i := 0; i+slotSize <= len(b) && i < 2*slotSize; i += slotSize {
+		slot := b[i : i+slotSize]
+		n := int(binary.BigEndian.Uint16(slot[16:18]))
+		if 18+n+4 > slotSize {
+			continue
+		}
+		if crc32.ChecksumIEEE(slot[:18+n]) != binary.BigEndian.Uint32(slot[18+n:]) {
+			continue
+		}
+		if s := binary.BigEndian.Uint64(slot[0:8]); s >= seq && (s > 0) {
+			seq, off = s, int64(binary.BigEndian.Uint64(slot[8:16]))
+			hashState = append([]byte(nil), slot[18:18+n]...)
+		}
+	}
+	return off, hashState, seq
+}
+
+// Committed returns the commit marker, or nil.
+func (s *staged) Committed() *commitMarker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.committed
+}
+
+// Offsets returns the written and durable offsets.
+func (s *staged) Offsets() (written, durable int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.written, s.durable
+}
+
+// Write applies one chunk at off. Bytes already received must match
+// (duplicates are accepted); a chunk starting past the written end is a
+// gap. It fsyncs when SyncEvery bytes accumulated (syncEvery > 0).
+func (s *staged) Write(off int64, data []byte, syncEvery int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.committed != nil {
+		return errCommitted
+	}
+	if len(data) > MaxChunkBytes {
+		return errTooBig
+	}
+	end := off + int64(len(data))
+	if off < 0 || end > s.meta.Size {
+		return fmt.Errorf("%w: [%d, %d) of %d", errRange, off, end, s.meta.Size)
+	}
+	if off > s.written {
+		return fmt.Errorf("%w: offset %d, have %d", errGap, off, s.written)
+	}
+	if overlap := min(s.written, end) - off; overlap > 0 {
+		have := make([]byte, overlap)
+		if _, err := s.f.ReadAt(have, off); err != nil {
+			return fmt.Errorf("read staged: %w", err)
+		}
+		if !bytes.Equal(have, data[:overlap]) {
+			return fmt.Errorf("%w: offset %d", errMismatch, off)
+		}
+		data = data[overlap:]
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if _, err := s.f.WriteAt(data, s.written); err != nil {
+		// Cut back what may have been written; the hash has not seen it.
+		_ = s.f.Truncate(s.written)
+		return fmt.Errorf("write staged: %w", err)
+	}
+	s.h.Write(data)
+	s.written += int64(len(data))
+	s.sinceSync += int64(len(data))
+	if syncEvery > 0 && s.sinceSync >= syncEvery {
+		return s.syncLocked()
+	}
+	return nil
+}
+
+// Sync makes [0, written) durable and returns the durable offset.
+func (s *staged) Sync() (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.committed != nil {
+		return s.meta.Size, nil
+	}
+	if err := s.syncLocked(); err != nil {
+		return s.durable, err
+	}
+	return s.durable, nil
+}
+
+func (s *staged) syncLocked() error {
+	if s.written == s.durable {
+		return nil
+	}
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("sync staged: %w", err)
+	}
+	hs, err := s.h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return err
+	}
+	slot := make([]byte, slotSize)
+	s.seq++
+	binary.BigEndian.PutUint64(slot[0:8], s.seq)
+	binary.BigEndian.PutUint64(slot[8:16], uint64(s.written))
+	binary.BigEndian.PutUint16(slot[16:18], uint16(len(hs)))
+	copy(slot[18:], hs)
+	binary.BigEndian.PutUint32(slot[18+len(hs):], crc32.ChecksumIEEE(slot[:18+len(hs)]))
+	of, err := os.OpenFile(filepath.Join(s.dir, fileOffset), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = of.WriteAt(slot, int64(s.seq%2)*slotSize)
+	if err == nil {
+		err = of.Sync()
+	}
+	if cerr := of.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("record offset: %w", err)
+	}
+	s.durable = s.written
+	s.sinceSync = 0
+	return nil
+}
+
+// Sum returns the hex SHA-256 of the bytes received so far.
+func (s *staged) Sum() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprintf("%x", s.h.Sum(nil))
+}
+
+// Reader returns a reader of the staged bytes [0, n).
+func (s *staged) Reader() (io.ReaderAt, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.f, s.written
+}
+
+// Reset drops every received byte (after a SHA-256 mismatch), so the
+// client can send the upload again under the same ID.
+func (s *staged) Reset() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := os.Remove(filepath.Join(s.dir, fileOffset)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := s.f.Truncate(0); err != nil {
+		return err
+	}
+	s.written, s.durable, s.sinceSync, s.seq = 0, 0, 0, 0
+	s.h = sha256.New()
+	return nil
+}
+
+// MarkCommitted records the commit durably and frees the staged bytes.
+func (s *staged) MarkCommitted(c commitMarker) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(s.dir, fileCommitted), b); err != nil {
+		return err
+	}
+	s.committed = &c
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+	_ = os.Remove(filepath.Join(s.dir, fileData))
+	_ = os.Remove(filepath.Join(s.dir, fileOffset))
+	return nil
+}
+
+// Close closes the data file.
+func (s *staged) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f = nil
+	return err
+}
