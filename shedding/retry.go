@@ -20,7 +20,7 @@ const (
 type RetryBudget struct {
 	ratio   float64
 	floor   atomic.Int64 // retries always allowed per window
-	bucket  int64 // ns per bucket
+	bucket  int64        // ns per bucket
 	now     func() time.Time
 	buckets [retryBuckets]retryBucket
 }
