@@ -36,7 +36,7 @@
 //     item; the rate is capped by a token bucket in Redis (refilled from
 //     Redis's own clock), so any number of timeline services together move
 //     at most timeline_release_per_s items per second (a burst of at most
-//     1/20 s worth). 0 pauses the release. All release state lives in
+//     1/10 s worth after idling). 0 pauses the release. All release state lives in
 //     Redis: a restarted service simply continues.
 //   - The scripts touch keys they compute, so the Redis must be a single
 //     instance (or a primary with replicas), not Redis Cluster.

@@ -55,7 +55,10 @@ func (s *Server) releaseStep(ctx context.Context) (releaseResult, error) {
 		return releaseResult{}, nil
 	}
 	rate := math.Max(0, k.TimelineReleasePerS)
-	burst := math.Max(1, rate/20)
+	// The bucket holds 1/10 s of tokens; a step waits for 1/20 s worth
+	// (or a full batch), so a late, jittered wake-up wastes none.
+	burst := math.Max(1, rate/10)
+	need := math.Min(math.Max(1, rate/20), float64(s.cfg.ReleaseBatch))
 	s.randMu.Lock()
 	start := ratio + s.rnd.Float64()*(1-ratio)
 	s.randMu.Unlock()
@@ -63,7 +66,7 @@ func (s *Server) releaseStep(ctx context.Context) (releaseResult, error) {
 	defer cancel()
 	res, err := releaseScript.Run(ctx, s.rdb, nil, s.cfg.KeyPrefix,
 		fmtFloat(ratio), fmtFloat(start), s.cfg.ReleaseBatch, fmtFloat(rate), fmtFloat(burst),
-		s.cfg.MaxInbox).Int64Slice()
+		fmtFloat(need), s.cfg.MaxInbox).Int64Slice()
 	if err != nil {
 		return releaseResult{}, fmt.Errorf("timeline: release: %w", err)
 	}

@@ -49,14 +49,15 @@ return {delivered, held}
 //
 // ARGV: prefix, ratio, start (a score in [ratio, 1): eligible users from
 // start upwards go first, then those from ratio to start), max, rate
-// (items/s), burst (bucket size), max inbox. Returns {moved, wait ms,
+// (items/s), burst (bucket size), need (tokens to wait for before a step,
+// at most burst), max inbox. Returns {moved, wait ms,
 // eligible}: eligible is 0 when no user is releasable; wait is -1 when the
 // rate is 0 (paused), else how long until the bucket holds enough tokens.
 var releaseScript = redis.NewScript(`
 local p = ARGV[1]
 local ratio, start = ARGV[2], ARGV[3]
 local max, rate, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local maxInbox = tonumber(ARGV[7])
+local need, maxInbox = tonumber(ARGV[7]), tonumber(ARGV[8])
 local hu = p .. 'hu'
 if #redis.call('ZRANGEBYSCORE', hu, ratio, '+inf', 'LIMIT', 0, 1) == 0 then
   return {0, 0, 0}
@@ -75,7 +76,6 @@ end
 if now > ts then
   tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
 end
-local need = math.min(burst, max)
 if tokens < need then
   redis.call('HSET', bk, 'tokens', tostring(tokens), 'ts', tostring(now))
   redis.call('PEXPIRE', bk, 600000)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -446,5 +447,118 @@ func TestRestartResumesRelease(t *testing.T) {
 	checkAll(t, w.c, 30, 10)
 	if st := stats(t, w.c); st.GetReleasedTotal() != int64(total) {
 		t.Errorf("released total %d, want %d", st.GetReleasedTotal(), total)
+	}
+}
+
+func TestConcurrentPublishAndRelease(t *testing.T) {
+	// Authors publish in parallel while the ratio flips and the release
+	// runs; pollers follow some inboxes by cursor meanwhile. In the end
+	// every follower has every post exactly once, each author's posts in
+	// publish order, and the pollers saw exactly that too.
+	r := testenv.StartRedis(t)
+	a := start(t, r.Client(t), timeline.Config{ReleaseBatch: 20})
+	b := start(t, r.Client(t), timeline.Config{ReleaseBatch: 20})
+	const authors, postsEach, followers = 4, 40, 30
+	for f := range followers {
+		for au := range authors {
+			follow(t, a.c, fmt.Sprintf("f%d", f), fmt.Sprintf("a%d", au))
+		}
+	}
+	a.knobs(0.5, 3000)
+	b.knobs(0.5, 3000)
+
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	// Flip the ratio on both services while publishing.
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		ratios := []float64{0, 0.8, 0.3, 0, 0.6}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(30 * time.Millisecond):
+			}
+			a.knobs(ratios[i%len(ratios)], 3000)
+			b.knobs(ratios[(i+1)%len(ratios)], 3000)
+		}
+	}()
+	// Pollers follow three inboxes by cursor while all this happens.
+	seen := make([][]string, 3)
+	for p := range seen {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			cur := ""
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				items, next := pollAll(t, b.c, fmt.Sprintf("f%d", p), cur, 5)
+				seen[p] = append(seen[p], posts(items)...)
+				cur = next
+				time.Sleep(3 * time.Millisecond)
+			}
+		}()
+	}
+	var pub sync.WaitGroup
+	for au := range authors {
+		pub.Add(1)
+		go func() {
+			defer pub.Done()
+			c := a.c
+			if au%2 == 1 {
+				c = b.c
+			}
+			for p := range postsEach {
+				publish(t, c, fmt.Sprintf("a%d", au), fmt.Sprintf("p%03d", p))
+			}
+		}()
+	}
+	pub.Wait()
+	close(stop)
+	bg.Wait()
+	a.knobs(0, 3000)
+	b.knobs(0, 3000)
+	waitDrained(t, a.c, 20*time.Second)
+
+	check := func(who string, got []string) {
+		t.Helper()
+		if len(got) != authors*postsEach {
+			t.Errorf("%s: %d items, want %d", who, len(got), authors*postsEach)
+		}
+		dup := map[string]bool{}
+		last := map[string]string{}
+		for _, p := range got {
+			if dup[p] {
+				t.Errorf("%s: %s twice", who, p)
+			}
+			dup[p] = true
+			au, post, _ := strings.Cut(p, "/")
+			if post <= last[au] {
+				t.Errorf("%s: %s after %s/%s", who, p, au, last[au])
+			}
+			last[au] = post
+		}
+	}
+	for f := range followers {
+		items, _ := pollAll(t, a.c, fmt.Sprintf("f%d", f), "", 37)
+		check(fmt.Sprintf("f%d", f), posts(items))
+	}
+	// The pollers read on from where they stopped.
+	for p := range seen {
+		items, _ := pollAll(t, a.c, fmt.Sprintf("f%d", p), "", 1000)
+		all := posts(items)
+		if len(seen[p]) > len(all) || fmt.Sprint(seen[p]) != fmt.Sprint(all[:len(seen[p])]) {
+			t.Errorf("poller f%d saw %d items not a prefix of the inbox", p, len(seen[p]))
+		}
+	}
+	st := stats(t, a.c)
+	t.Logf("released %d items during concurrent publishing", st.GetReleasedTotal())
+	if st.GetHeldUsers() != 0 || st.GetOldestHeldAgeMs() != 0 {
+		t.Errorf("stats after drain: %v", st)
 	}
 }
