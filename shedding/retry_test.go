@@ -76,3 +76,25 @@ func TestRetryBudget(t *testing.T) {
 		}
 	})
 }
+
+func TestRetryBudgetFloor(t *testing.T) {
+	clk := newClock()
+	b := shedding.NewRetryBudget(0.1, time.Second, clk.Now)
+	if b.AllowRetry() {
+		t.Fatal("retry allowed with no requests and no floor")
+	}
+	b.SetFloor(3)
+	allowed := 0
+	for range 10 {
+		if b.AllowRetry() {
+			allowed++
+		}
+	}
+	if allowed != 3 {
+		t.Errorf("floor 3 allowed %d retries of a quiet caller, want 3", allowed)
+	}
+	clk.Advance(2 * time.Second)
+	if !b.AllowRetry() {
+		t.Error("floor not renewed in the next window")
+	}
+}

@@ -134,7 +134,7 @@ type Shedder struct {
 	levelMD   []metadata.MD // header metadata for each level, read-only
 
 	knobs      atomic.Pointer[cachedKnobs]
-	knobsMu    sync.Mutex // held while knobs are refreshed
+	knobsMu    sync.Mutex // held while knobs are stored
 	knobsStamp atomic.Int64
 }
 
@@ -308,12 +308,24 @@ func (s *Shedder) admit(business, user string) (reason string, ok bool, bi, key 
 	return "", true, bi, k
 }
 
+// ApplyKnobs installs k at once (node.OnKnobs may call it), instead of
+// waiting up to KnobRefresh for the next read of Deps.Knobs.
+func (s *Shedder) ApplyKnobs(k flex.Knobs) {
+	s.knobsMu.Lock()
+	defer s.knobsMu.Unlock()
+	s.storeKnobs(k, s.now().UnixNano())
+}
+
 func (s *Shedder) refreshKnobs(ns int64) {
 	if !s.knobsMu.TryLock() {
 		return
 	}
 	defer s.knobsMu.Unlock()
-	k := s.knobsFn()
+	s.storeKnobs(s.knobsFn(), ns)
+}
+
+// storeKnobs caches k's shed ratios; knobsMu must be held.
+func (s *Shedder) storeKnobs(k flex.Knobs, ns int64) {
 	ratio := make(map[string]float64, len(k.ShedRatio))
 	for b, r := range k.ShedRatio {
 		ratio[b] = r

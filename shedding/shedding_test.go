@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"willow/flex"
 	"willow/rpcstatus"
 	"willow/shedding"
 )
@@ -291,5 +292,33 @@ func TestClientPropagatesRequestContext(t *testing.T) {
 	// The caller's own request context wins over the incoming one.
 	if _, err := call(in, cc, mWork, "comment", "dave"); err != nil {
 		t.Fatalf("explicit WithRequest: %v", err)
+	}
+}
+
+func TestKnobChangesApply(t *testing.T) {
+	clk := newClock()
+	var mu sync.Mutex
+	ratio := 0.0
+	s, err := shedding.New(shedding.Config{}, shedding.Deps{Now: clk.Now, Knobs: func() flex.Knobs {
+		mu.Lock()
+		defer mu.Unlock()
+		return knobs(map[string]float64{"avatar": ratio})()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Admit("avatar", "erin"); !ok {
+		t.Fatal("shed with ratio 0")
+	}
+	mu.Lock()
+	ratio = 1
+	mu.Unlock()
+	clk.Advance(shedding.KnobRefresh)
+	if r, ok := s.Admit("avatar", "erin"); ok || r != shedding.ReasonShedRatio {
+		t.Fatalf("after KnobRefresh with ratio 1: got (%q, %v), want shed_ratio", r, ok)
+	}
+	s.ApplyKnobs(knobs(map[string]float64{"avatar": 0})())
+	if _, ok := s.Admit("avatar", "erin"); !ok {
+		t.Fatal("ApplyKnobs(ratio 0) not in force at once")
 	}
 }
