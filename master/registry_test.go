@@ -368,8 +368,9 @@ func TestTwoMastersShareState(t *testing.T) {
 	m2 := startRegMaster(t, rdb, "master-2", cfg, nil)
 	// Nodes reach the masters through one address (a Service or DNS name
 	// in production); here they heartbeat to master-2.
+	var regionA []*regNode
 	for _, id := range []string{"upload-a-1", "upload-a-2"} {
-		startRegNode(t, m2.addr, id, "upload", "a")
+		regionA = append(regionA, startRegNode(t, m2.addr, id, "upload", "a"))
 	}
 	startRegNode(t, m2.addr, "upload-b-1", "upload", "b")
 	want := "[upload-a-1 upload-a-2]/[upload-b-1]"
@@ -392,9 +393,22 @@ func TestTwoMastersShareState(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// master-2 took over judging: a failing node is still ejected.
-	if got := show(m2.client); got != want {
-		t.Fatalf("master-2 routes %s", got)
-	}
+	bad := regionA[0]
+	bad.svc.failing.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			drive(ctx, bad, 10)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	regWait(t, 5*time.Second, "master-2 ejects the failing node", func() bool {
+		return nodeState(t, m2.client, bad.id).GetState() == master.StateEjected
+	})
+	cancel()
+	want = "[upload-a-2]/[upload-b-1]"
+	regWait(t, time.Second, "master-2 routes around it", func() bool { return show(m2.client) == want })
 	// A restarted master loses nothing: it answers at once from Redis.
 	m3 := startRegMaster(t, rdb, "master-3", cfg, nil)
 	if got := show(m3.client); got != want {

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"willow/internal/testenv"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+)
+
+func TestMainServesFromConfigFile(t *testing.T) {
+	r := testenv.StartRedis(t)
+	cfgPath := filepath.Join(t.TempDir(), "master.yaml")
+	yaml := "node:\n  id: master-7\n  grpc: 127.0.0.1:0\nmaster:\n  redis: " + r.URL + "\n  oncall_token: secret\n  missed_after: 2s\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan *node.Node, 1)
+	var stderr bytes.Buffer
+	m := &Main{Stderr: &stderr, Getenv: func(string) string { return "" }, Ready: func(n *node.Node, _ string) { ready <- n }}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx, []string{"-config", cfgPath, "-admin", "127.0.0.1:0"}) }()
+	var n *node.Node
+	select {
+	case n = <-ready:
+	case err := <-done:
+		t.Fatalf("master exited: %v\n%s", err, stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("master not ready")
+	}
+	if n.Config().ID != "master-7" {
+		t.Fatalf("node id %q, want master-7 from the config file", n.Config().ID)
+	}
+	conn, err := node.Dial(n.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ccancel()
+	if _, err := willowv1.NewMasterClient(conn).ListNodes(cctx, &willowv1.ListNodesRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("master did not stop")
+	}
+}
+
+func TestMainNeedsRedis(t *testing.T) {
+	m := &Main{Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
+	if err := m.Run(context.Background(), nil); err == nil {
+		t.Fatal("Run without Redis succeeded")
+	}
+}
