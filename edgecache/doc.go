@@ -25,6 +25,9 @@
 //     responses carry "Cache-Control: public, max-age=31536000, immutable".
 //   - Downloads obey the coarse shed_ratio[business] knob, deterministic per
 //     user: HTTP 429 with Retry-After, gRPC RESOURCE_EXHAUSTED "shed_ratio".
+//     When the node runs the shedding policy (node.Config.Shed), HTTP asks
+//     it (Shedder.Admit: shed_ratio plus priority admission, reason
+//     "overload") and gRPC leaves admission to its interceptor.
 //   - Errors map to HTTP in one place (writeError) and to gRPC in one place
 //     (grpcError): malformed id or variant 400 / INVALID_ARGUMENT "bad_id",
 //     unknown 404 / NOT_FOUND "not_found", bad signature 403, origin down

@@ -73,8 +73,9 @@ type Config struct {
 	// MaxObjectBytes bounds one object read from origin or a peer; default
 	// DefaultMaxObjectBytes.
 	MaxObjectBytes int64
-	// SkipGRPCShedding turns off this package's shed_ratio check on gRPC
-	// Get (set it when the shedding interceptor already applies it).
+	// SkipGRPCShedding turns off this package's admission check on gRPC
+	// Get. It is implied when the node has a shedding policy
+	// (node.Config.Shed), whose interceptor already applies it.
 	SkipGRPCShedding bool
 }
 
@@ -110,6 +111,7 @@ var (
 	ErrNotFound   = errors.New("media not found")
 	ErrProcessing = fmt.Errorf("%w: still processing", ErrNotFound)
 	ErrShed       = errors.New("download shed")
+	ErrOverload   = errors.New("node overloaded")
 	ErrForbidden  = errors.New("bad or expired url signature")
 	ErrRange      = errors.New("range not satisfiable")
 	ErrOrigin     = errors.New("origin unavailable")

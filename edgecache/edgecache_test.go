@@ -23,6 +23,7 @@ import (
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 )
 
 func TestHTTP(t *testing.T) {
@@ -327,10 +328,27 @@ func TestRetriesKnob(t *testing.T) {
 }
 
 func TestShedRatio(t *testing.T) {
+	sc := shedding.ServiceConfig()
+	for _, ncfg := range []node.Config{
+		{ID: "edge-a-1", Role: "edgecache", Region: "a"},
+		{ID: "edge-a-1", Role: "edgecache", Region: "a", Shed: &sc},
+	} {
+		t.Run(fmt.Sprintf("node shedding policy %v", ncfg.Shed != nil), func(t *testing.T) {
+			testShedRatio(t, ncfg)
+		})
+	}
+}
+
+func testShedRatio(t *testing.T, ncfg node.Config) {
 	st := newStore(t)
 	id := put(t, st, media.LocStore, 1, media.VariantThumb, "image/heic", payload(100, 8))
-	e := startEdge(t, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	e := startEdgeNode(t, ncfg, edgecache.Config{}, edgecache.Deps{Store: st})
 	e.node.ApplyFlex(&willowv1.FlexState{Version: 1, Knobs: map[string]string{"shed_ratio.moments": "1"}})
+	// The shedding policy rereads the knobs every shedding.KnobRefresh.
+	waitFor(t, "the knob to apply", func() bool {
+		resp, _ := get(t, e.url+path(id, "thumb"), nil)
+		return resp.StatusCode == 429
+	})
 	for _, tc := range []struct {
 		name string
 		url  string

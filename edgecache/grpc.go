@@ -24,7 +24,7 @@ const (
 // to the end). Errors are gRPC statuses with a reason (see grpcError).
 func (s *Server) Get(req *willowv1.GetRequest, stream willowv1.EdgeCache_GetServer) error {
 	ctx := stream.Context()
-	if !req.GetPeer() && !s.cfg.SkipGRPCShedding {
+	if !req.GetPeer() && !s.cfg.SkipGRPCShedding && s.node.Shedder() == nil {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if err := s.admit(first(md.Get(MetadataBusiness)), first(md.Get(MetadataUser))); err != nil {
 			return grpcError(err)
@@ -78,6 +78,8 @@ func grpcError(err error) error {
 		return rpcstatus.New(codes.NotFound, "not_found", "%v", err)
 	case errors.Is(err, ErrShed):
 		return rpcstatus.Overload("shed_ratio", DefaultRetryAfter, "%v", err)
+	case errors.Is(err, ErrOverload):
+		return rpcstatus.Overload("overload", DefaultRetryAfter, "%v", err)
 	case errors.Is(err, ErrRange):
 		return rpcstatus.New(codes.OutOfRange, "range", "%v", err)
 	case errors.Is(err, ErrTooLarge):

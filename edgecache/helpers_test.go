@@ -40,7 +40,7 @@ func (c *countingStore) Get(ctx context.Context, key string) (io.ReadCloser, sto
 	return c.Store.Get(ctx, key)
 }
 
-func newStore(t *testing.T) *countingStore {
+func newStore(t testing.TB) *countingStore {
 	t.Helper()
 	fs, err := fsstore.New(t.TempDir())
 	if err != nil {
@@ -50,7 +50,7 @@ func newStore(t *testing.T) *countingStore {
 }
 
 // put stores a variant of a new media item and returns its ID.
-func put(t *testing.T, st store.Store, loc media.Loc, n int, variant, contentType string, data []byte) media.ID {
+func put(t testing.TB, st store.Store, loc media.Loc, n int, variant, contentType string, data []byte) media.ID {
 	t.Helper()
 	id := media.ID{Loc: loc, Region: "a", Node: "upload-a-1", Key: media.KeyFor("u1", fmt.Sprint("up", n))}
 	key := media.VariantKey(id.Key, variant)
@@ -78,9 +78,14 @@ type edge struct {
 }
 
 // startEdge builds and runs a node and its edge cache until the test ends.
-func startEdge(t *testing.T, id string, cfg edgecache.Config, deps edgecache.Deps) *edge {
+func startEdge(t testing.TB, id string, cfg edgecache.Config, deps edgecache.Deps) *edge {
 	t.Helper()
-	n, err := node.New(node.Config{ID: id, Role: "edgecache", Region: "a"})
+	return startEdgeNode(t, node.Config{ID: id, Role: "edgecache", Region: "a"}, cfg, deps)
+}
+
+func startEdgeNode(t testing.TB, ncfg node.Config, cfg edgecache.Config, deps edgecache.Deps) *edge {
+	t.Helper()
+	n, err := node.New(ncfg)
 	if err != nil {
 		t.Fatal(err)
 	}

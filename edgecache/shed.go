@@ -4,13 +4,27 @@ import (
 	"fmt"
 
 	"willow/edgecache/ring"
+	"willow/shedding"
 )
 
-// admit applies the coarse shed_ratio knob of business (default
-// DefaultBusiness) to a download by user; a rejection wraps ErrShed.
+// admit takes the admission decision for a download by user of business
+// (default DefaultBusiness): the node's shedding policy when it has one
+// (coarse shed_ratio plus priority admission), else the coarse shed_ratio
+// knob alone. A rejection wraps ErrShed (shed_ratio) or ErrOverload.
 func (s *Server) admit(business, user string) error {
 	if business == "" {
 		business = DefaultBusiness
+	}
+	if sh := s.node.Shedder(); sh != nil {
+		reason, ok := sh.Admit(business, user)
+		if ok {
+			return nil
+		}
+		s.m.shed.WithLabelValues(business).Inc()
+		if reason == shedding.ReasonShedRatio {
+			return fmt.Errorf("%w: business %s", ErrShed, business)
+		}
+		return fmt.Errorf("%w: %s", ErrOverload, reason)
 	}
 	k := s.knobs.Load()
 	if !Shed(k.ShedRatio[business], user) {

@@ -1,0 +1,186 @@
+package edgecache_test
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"willow/edgecache"
+	"willow/internal/testenv"
+	"willow/media"
+)
+
+// load runs concurrency clients fetching random URLs with keep-alive for
+// d, and returns the completed requests and the time taken. Every response
+// must be 200 with size bytes.
+func load(b *testing.B, urls []string, size int, concurrency int, d time.Duration) (int64, time.Duration) {
+	b.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	var done, failed atomic.Int64
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for time.Now().Before(deadline) {
+				resp, err := client.Get(urls[rng.IntN(len(urls))])
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				n, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || n != int64(size) {
+					failed.Add(1)
+					continue
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d failed requests", f)
+	}
+	return done.Load(), time.Since(start)
+}
+
+// startNginx serves root on a free loopback port with a generated config
+// (daemon off) until the benchmark ends.
+func startNginx(b *testing.B, root string) string {
+	b.Helper()
+	bin := "/usr/sbin/nginx"
+	if _, err := os.Stat(bin); err != nil {
+		bin = testenv.LookPath(b, "nginx")
+	}
+	dir := b.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
+	conf := fmt.Sprintf(`daemon off;
+user root;
+worker_processes 2;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 1000000;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  server {
+    listen %[2]s;
+    root %[3]s;
+    default_type image/heic;
+    add_header Cache-Control "public, max-age=31536000, immutable";
+  }
+}
+`, dir, addr, root)
+	cf := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", cf, "-e", filepath.Join(dir, "error.log"))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nginx and its workers: its own process group
+		cmd.Wait()
+	})
+	if err := testenv.WaitTCP(addr, 5*time.Second); err != nil {
+		b.Fatalf("nginx: %v", err)
+	}
+	return addr
+}
+
+// BenchmarkHTTPvsNginx measures cached-hit HTTP throughput of the edge
+// cache for 100 KiB objects against nginx serving the same files, with the
+// same load client (32 keep-alive connections, 5 s each) in the same run.
+// The two targets alternate in 1 s slices (the order swapped every round)
+// so that load from other processes on the machine hits both alike.
+//
+//	go test -run '^$' -bench HTTPvsNginx -benchtime 1x ./edgecache
+func BenchmarkHTTPvsNginx(b *testing.B) {
+	const (
+		objects     = 200
+		size        = 100 << 10
+		concurrency = 32
+		duration    = 5 * time.Second
+		slice       = time.Second
+	)
+	st := newStore(b)
+	root := b.TempDir()
+	var paths []string
+	for i := range objects {
+		data := payload(size, byte(i))
+		id := put(b, st, media.LocStore, i, media.VariantMedium, "image/heic", data)
+		p := path(id, media.VariantMedium)
+		paths = append(paths, p)
+		f := filepath.Join(root, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(f, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e := startEdge(b, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	ngx := startNginx(b, root)
+	urls := func(base string) []string {
+		var us []string
+		for _, p := range paths {
+			us = append(us, base+p)
+		}
+		return us
+	}
+	edgeURLs, ngxURLs := urls(e.url), urls("http://"+ngx)
+	load(b, edgeURLs, size, concurrency, time.Second) // warm: every object cached
+	load(b, ngxURLs, size, concurrency, time.Second)  // warm the page cache
+	if n := st.gets.Load(); n != objects {
+		b.Fatalf("%d origin reads while warming, want %d", n, objects)
+	}
+	b.ResetTimer()
+	for range b.N {
+		var edgeN, ngxN int64
+		var edgeT, ngxT time.Duration
+		for r := range int(duration / slice) {
+			for k := range 2 {
+				if (r+k)%2 == 0 {
+					n, d := load(b, edgeURLs, size, concurrency, slice)
+					edgeN, edgeT = edgeN+n, edgeT+d
+				} else {
+					n, d := load(b, ngxURLs, size, concurrency, slice)
+					ngxN, ngxT = ngxN+n, ngxT+d
+				}
+			}
+		}
+		edge, nginx := float64(edgeN)/edgeT.Seconds(), float64(ngxN)/ngxT.Seconds()
+		b.ReportMetric(edge, "edge-req/s")
+		b.ReportMetric(nginx, "nginx-req/s")
+		b.ReportMetric(100*edge/nginx, "edge/nginx-%")
+		b.Logf("edge cache %.0f req/s, nginx %.0f req/s: %.0f%%", edge, nginx, 100*edge/nginx)
+	}
+	if n := st.gets.Load(); n != objects {
+		b.Fatalf("%d origin reads, want %d: the run was not all hits", n, objects)
+	}
+}
