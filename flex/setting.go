@@ -205,11 +205,13 @@ func (c Change) String() string {
 	return fmt.Sprintf("%s: %s -> %s", s, from, to)
 }
 
-// Diff lists what differs between two flex states, global knobs first,
-// then per scope, sorted by knob. A nil state is empty.
+// Diff lists what differs between two flex states: the global knobs
+// (and "level") first, then, per scope, the knobs whose effective value in
+// that scope (global plus the scope's overrides) changed differently from
+// the global change. Sorted by knob; a nil state is empty.
 func Diff(a, b *willowv1.FlexState) []Change {
 	var out []Change
-	add := func(scope string, x, y map[string]string) {
+	keysOf := func(x, y map[string]string) []string {
 		keys := map[string]bool{}
 		for k := range x {
 			keys[k] = true
@@ -222,11 +224,7 @@ func Diff(a, b *willowv1.FlexState) []Change {
 			names = append(names, k)
 		}
 		sort.Strings(names)
-		for _, k := range names {
-			if x[k] != y[k] {
-				out = append(out, Change{Scope: scope, Knob: k, From: x[k], To: y[k]})
-			}
-		}
+		return names
 	}
 	withLevel := func(level string, knobs map[string]string) map[string]string {
 		m := cloneMap(knobs)
@@ -235,7 +233,19 @@ func Diff(a, b *willowv1.FlexState) []Change {
 		}
 		return m
 	}
-	add("", withLevel(a.GetLevel(), a.GetKnobs()), withLevel(b.GetLevel(), b.GetKnobs()))
+	ga, gb := withLevel(a.GetLevel(), a.GetKnobs()), withLevel(b.GetLevel(), b.GetKnobs())
+	for _, k := range keysOf(ga, gb) {
+		if ga[k] != gb[k] {
+			out = append(out, Change{Knob: k, From: ga[k], To: gb[k]})
+		}
+	}
+	effective := func(global map[string]string, sc *willowv1.ScopedKnobs) map[string]string {
+		m := cloneMap(global)
+		for k, v := range withLevel(sc.GetLevel(), sc.GetKnobs()) {
+			m[k] = v
+		}
+		return m
+	}
 	sa, sb := scopeMap(a), scopeMap(b)
 	names := map[string]bool{}
 	for n := range sa {
@@ -250,8 +260,12 @@ func Diff(a, b *willowv1.FlexState) []Change {
 	}
 	sort.Strings(sorted)
 	for _, n := range sorted {
-		x, y := sa[n], sb[n]
-		add(n, withLevel(x.GetLevel(), x.GetKnobs()), withLevel(y.GetLevel(), y.GetKnobs()))
+		x, y := effective(ga, sa[n]), effective(gb, sb[n])
+		for _, k := range keysOf(x, y) {
+			if x[k] != y[k] && (x[k] != ga[k] || y[k] != gb[k]) {
+				out = append(out, Change{Scope: n, Knob: k, From: x[k], To: y[k]})
+			}
+		}
 	}
 	return out
 }

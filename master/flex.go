@@ -38,7 +38,7 @@ const (
 	// redisTimeout bounds every Redis call of the flex code.
 	redisTimeout = 2 * time.Second
 	// casAttempts bounds retries when another master commits concurrently.
-	casAttempts = 5
+	casAttempts = 10
 )
 
 // Errors of the flex code, turned into gRPC status by flexStatus.
@@ -51,6 +51,8 @@ var (
 type flexState struct {
 	plans *flex.Plans
 	cas   *redis.Script
+
+	commitMu sync.Mutex // serializes this master's commits
 
 	flexMu   sync.Mutex          // guards the fields below
 	doc      flexDoc             // the last document seen (local or Redis)
@@ -286,7 +288,17 @@ type mutation func(cur flexDoc) (flexDoc, *willowv1.AuditEntry, error)
 // when another master committed in between. It returns the previous and
 // the new state.
 func (s *Server) commit(ctx context.Context, m mutation) (prev, next *willowv1.FlexState, err error) {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
 	for attempt := 0; attempt < casAttempts; attempt++ {
+		if attempt > 0 {
+			// Another master committed first: back off a little, reread.
+			select {
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			case <-time.After(time.Duration(attempt) * 5 * time.Millisecond):
+			}
+		}
 		rctx, cancel := context.WithTimeout(ctx, redisTimeout)
 		cur, err := s.loadDoc(rctx)
 		cancel()
@@ -336,7 +348,6 @@ func (s *Server) commit(ctx context.Context, m mutation) (prev, next *willowv1.F
 				"to", nd.Version, "change", entry.GetTo(), "reason", entry.GetReason())
 			return prev, next, nil
 		}
-		// Another master committed first: reread and recompute.
 	}
 	return nil, nil, fmt.Errorf("%w: the document kept changing under %d attempts", errVersionConflict, casAttempts)
 }
@@ -424,8 +435,13 @@ func actorOf(ctx context.Context, actor string) string {
 	return "anonymous"
 }
 
-// GetFlex returns the current flex state.
+// GetFlex returns the current flex state, reread from Redis so that it
+// includes changes made through other masters a moment ago; when Redis
+// does not answer it returns the state this master holds.
 func (s *Server) GetFlex(ctx context.Context, _ *willowv1.GetFlexRequest) (*willowv1.FlexState, error) {
+	if err := s.reloadFlexTimeout(ctx); err != nil {
+		s.log.Warn("flex: GetFlex serves the local copy", "err", err)
+	}
 	return proto.Clone(s.flexSnapshot()).(*willowv1.FlexState), nil
 }
 

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"willow/internal/testenv"
+	"willow/master"
+	"willow/node"
+)
+
+// startFlexMaster runs a master on a real redis-server and returns its
+// address.
+func startFlexMaster(t *testing.T, token string) string {
+	t.Helper()
+	rdb := testenv.StartRedis(t).Client(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := node.New(node.Config{ID: "master-1", Role: "master", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := master.New(master.Config{OncallToken: token}, master.Deps{Node: n, Redis: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go n.Run(ctx)
+	go s.Run(ctx)
+	return n.Addr()
+}
+
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, env map[string]string, args ...string) cliResult {
+	t.Helper()
+	var out, errb bytes.Buffer
+	m := &Main{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code := m.Run(ctx, args)
+	return cliResult{code, out.String(), errb.String()}
+}
+
+func TestFlexCLI(t *testing.T) {
+	addr := startFlexMaster(t, "s3cret")
+	env := map[string]string{"WILLOW_MASTER": addr, "USER": "alice"}
+	withToken := map[string]string{"WILLOW_MASTER": addr, "USER": "alice", "WILLOW_ONCALL_TOKEN": "s3cret"}
+
+	statusJSON := func() map[string]any {
+		t.Helper()
+		r := runCLI(t, env, "flex", "status", "--json")
+		if r.code != 0 {
+			t.Fatalf("status: %+v", r)
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+			t.Fatalf("status --json output %q: %v", r.stdout, err)
+		}
+		return v
+	}
+	st := statusJSON()
+	if st["version"] != 0.0 || st["level"] != "normal" || st["knobs"].(map[string]any)["image_codec"] != "heic" || st["expires_at"] != nil {
+		t.Fatalf("initial status = %v", st)
+	}
+
+	tests := []struct {
+		name   string
+		env    map[string]string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"no token", env, []string{"flex", "set", "red", "--reason", "x"}, 1, "", "UNAUTHENTICATED oncall_token"},
+		{"wrong token", env, []string{"flex", "set", "red", "--reason", "x", "--token", "guess"}, 1, "", "PERMISSION_DENIED oncall_token"},
+		{"no reason", withToken, []string{"flex", "set", "red"}, 2, "", "needs --reason"},
+		{"bad quality", withToken, []string{"flex", "knob", "image_quality=5", "--reason", "x"}, 1, "", `INVALID_ARGUMENT invalid_knob: knob image_quality="5": allowed an integer in [10,95]`},
+		{"bad ratio", withToken, []string{"flex", "knob", "shed_ratio.moments=1.5", "--reason", "x"}, 1, "", "shed_ratio.moments"},
+		{"unknown business", withToken, []string{"flex", "knob", "shed_ratio.games=0.5", "--reason", "x"}, 1, "", "unknown_business"},
+		{"past expiry", withToken, []string{"flex", "set", "blue", "--reason", "x", "--for", "-1h"}, 1, "", "invalid_expiry"},
+		{"not NAME=VALUE", withToken, []string{"flex", "knob", "image_quality", "--reason", "x"}, 2, "", "NAME=VALUE"},
+		{"dry run", withToken, []string{"flex", "set", "blue", "--reason", "x", "--dry-run"}, 0, "image_codec: heic -> jpeg", ""},
+		{"scoped yellow", withToken, []string{"flex", "set", "yellow", "--reason", "staged", "--for", "2h", "--scope", "region:a"}, 0, "region:a retries: on -> off", ""},
+		{"knobs", withToken, []string{"flex", "knob", "shed_ratio.prefetch=0.5", "image_quality=45", "--reason", "cpu"}, 0, "image_quality: 70 -> 45", ""},
+		{"stale expect", withToken, []string{"flex", "set", "red", "--reason", "x", "--expect", "1"}, 1, "", "ABORTED version_conflict"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runCLI(t, tt.env, tt.args...)
+			if r.code != tt.code || !strings.Contains(r.stdout, tt.stdout) || !strings.Contains(r.stderr, tt.stderr) {
+				t.Fatalf("willow %s = %+v, want exit %d, stdout with %q, stderr with %q", strings.Join(tt.args, " "), r, tt.code, tt.stdout, tt.stderr)
+			}
+		})
+	}
+
+	st = statusJSON()
+	knobs := st["knobs"].(map[string]any)
+	scopes := st["scopes"].([]any)
+	if st["version"] != 2.0 || st["level"] != "normal" || knobs["image_quality"] != "45" || knobs["shed_ratio.prefetch"] != "0.5" ||
+		st["expires_at"] == nil || len(scopes) != 1 || scopes[0].(map[string]any)["scope"] != "region:a" {
+		t.Fatalf("status after changes = %v", st)
+	}
+	if r := runCLI(t, env, "flex", "status"); r.code != 0 || !strings.Contains(r.stdout, "scope region:a: level yellow") {
+		t.Fatalf("status: %+v", r)
+	}
+
+	r := runCLI(t, withToken, "flex", "rollback", "--reason", "oops")
+	if r.code != 0 || !strings.Contains(r.stdout, "image_quality: 45 -> 70") {
+		t.Fatalf("rollback: %+v", r)
+	}
+
+	r = runCLI(t, env, "flex", "history", "--json")
+	var hist []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &hist); err != nil || r.code != 0 {
+		t.Fatalf("history --json: %+v %v", r, err)
+	}
+	var accepted, denied int
+	for _, e := range hist {
+		if e["accepted"] == true {
+			accepted++
+		} else {
+			denied++
+		}
+	}
+	if accepted != 3 || denied < 6 || hist[0]["action"] != "rollback" || hist[0]["actor"] != "alice" {
+		t.Fatalf("history: %d accepted, %d denied: %v", accepted, denied, hist)
+	}
+	if r := runCLI(t, env, "flex", "history"); r.code != 0 || !strings.Contains(r.stdout, "DENIED") {
+		t.Fatalf("history: %+v", r)
+	}
+}
