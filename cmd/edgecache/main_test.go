@@ -44,7 +44,9 @@ func TestRunServesFromConfigAndFlags(t *testing.T) {
 		ready <- s.HTTPAddr()
 	}
 	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, []string{"-config", cfg, "-store", filepath.Join(dir, "store"), "-http", "127.0.0.1:0"}) }()
+	go func() {
+		done <- m.Run(ctx, []string{"-config", cfg, "-store", filepath.Join(dir, "store"), "-http", "127.0.0.1:0"})
+	}()
 	var addr string
 	select {
 	case addr = <-ready:
