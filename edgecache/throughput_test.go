@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,8 +24,7 @@ import (
 // load runs concurrency clients fetching random URLs with keep-alive for
 // d, and returns the completed requests and the time taken. Every response
 // must be 200 with size bytes.
-func load(b *testing.B, urls []string, size int, concurrency int, d time.Duration) (int64, time.Duration) {
-	b.Helper()
+func load(urls []string, size int, concurrency int, d time.Duration) (int64, time.Duration, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -54,9 +55,63 @@ func load(b *testing.B, urls []string, size int, concurrency int, d time.Duratio
 	}
 	wg.Wait()
 	if f := failed.Load(); f > 0 {
-		b.Fatalf("%d failed requests", f)
+		return 0, 0, fmt.Errorf("%d failed requests", f)
 	}
-	return done.Load(), time.Since(start)
+	return done.Load(), time.Since(start), nil
+}
+
+// Environment of the load client process.
+const (
+	envLoadURLs        = "EDGECACHE_LOAD_URLS" // file of URLs, one a line
+	envLoadSize        = "EDGECACHE_LOAD_SIZE"
+	envLoadConcurrency = "EDGECACHE_LOAD_CONCURRENCY"
+	envLoadDuration    = "EDGECACHE_LOAD_DURATION"
+)
+
+// TestLoadClientProcess is the load client when the benchmark runs this
+// test binary as a child process (so that the client's CPU is never in the
+// process under test); otherwise it does nothing.
+func TestLoadClientProcess(t *testing.T) {
+	file := os.Getenv(envLoadURLs)
+	if file == "" {
+		return
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, _ := strconv.Atoi(os.Getenv(envLoadSize))
+	conc, _ := strconv.Atoi(os.Getenv(envLoadConcurrency))
+	d, _ := time.ParseDuration(os.Getenv(envLoadDuration))
+	n, took, err := load(strings.Fields(string(b)), size, conc, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("LOAD %d %d\n", n, took.Nanoseconds())
+}
+
+// runLoad runs load in a child process and returns its result.
+func runLoad(b *testing.B, urls []string, size, concurrency int, d time.Duration) (int64, time.Duration) {
+	b.Helper()
+	f := filepath.Join(b.TempDir(), "urls")
+	if err := os.WriteFile(f, []byte(strings.Join(urls, "\n")), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadClientProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envLoadURLs+"="+f, envLoadSize+"="+strconv.Itoa(size),
+		envLoadConcurrency+"="+strconv.Itoa(concurrency), envLoadDuration+"="+d.String())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("load client: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		var n, ns int64
+		if _, err := fmt.Sscanf(line, "LOAD %d %d", &n, &ns); err == nil {
+			return n, time.Duration(ns)
+		}
+	}
+	b.Fatalf("load client said: %s", out)
+	return 0, 0
 }
 
 // startNginx serves root on a free loopback port with a generated config
@@ -116,6 +171,8 @@ http {
 // BenchmarkHTTPvsNginx measures cached-hit HTTP throughput of the edge
 // cache for 100 KiB objects against nginx serving the same files, with the
 // same load client (32 keep-alive connections, 5 s each) in the same run.
+// The load client is this test binary run as a child process, so neither
+// target shares a process with it.
 // The two targets alternate in 1 s slices (the order swapped every round)
 // so that load from other processes on the machine hits both alike.
 //
@@ -154,8 +211,8 @@ func BenchmarkHTTPvsNginx(b *testing.B) {
 		return us
 	}
 	edgeURLs, ngxURLs := urls(e.url), urls("http://"+ngx)
-	load(b, edgeURLs, size, concurrency, time.Second) // warm: every object cached
-	load(b, ngxURLs, size, concurrency, time.Second)  // warm the page cache
+	runLoad(b, edgeURLs, size, concurrency, time.Second) // warm: every object cached
+	runLoad(b, ngxURLs, size, concurrency, time.Second)  // warm the page cache
 	if n := st.gets.Load(); n != objects {
 		b.Fatalf("%d origin reads while warming, want %d", n, objects)
 	}
@@ -166,10 +223,10 @@ func BenchmarkHTTPvsNginx(b *testing.B) {
 		for r := range int(duration / slice) {
 			for k := range 2 {
 				if (r+k)%2 == 0 {
-					n, d := load(b, edgeURLs, size, concurrency, slice)
+					n, d := runLoad(b, edgeURLs, size, concurrency, slice)
 					edgeN, edgeT = edgeN+n, edgeT+d
 				} else {
-					n, d := load(b, ngxURLs, size, concurrency, slice)
+					n, d := runLoad(b, ngxURLs, size, concurrency, slice)
 					ngxN, ngxT = ngxN+n, ngxT+d
 				}
 			}
@@ -182,5 +239,30 @@ func BenchmarkHTTPvsNginx(b *testing.B) {
 	}
 	if n := st.gets.Load(); n != objects {
 		b.Fatalf("%d origin reads, want %d: the run was not all hits", n, objects)
+	}
+}
+
+// discardWriter is a ResponseWriter that drops the body.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkHandlerHit measures the handler's own cost for a cached hit,
+// without the network.
+//
+//	go test -run '^$' -bench HandlerHit -benchmem ./edgecache
+func BenchmarkHandlerHit(b *testing.B) {
+	st := newStore(b)
+	id := put(b, st, media.LocStore, 1, media.VariantMedium, "image/heic", payload(100<<10, 1))
+	e := startEdge(b, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	h := e.srv.Handler()
+	req, _ := http.NewRequest(http.MethodGet, path(id, media.VariantMedium), nil)
+	h.ServeHTTP(&discardWriter{h: http.Header{}}, req)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		h.ServeHTTP(&discardWriter{h: http.Header{}}, req)
 	}
 }
