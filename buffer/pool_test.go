@@ -3,6 +3,7 @@ package buffer_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -50,11 +51,10 @@ func open(t testing.TB, dir string, opts buffer.Options) *buffer.Pool {
 
 // blob returns n deterministic bytes for seed.
 func blob(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	var s [32]byte
+	binary.LittleEndian.PutUint64(s[:], seed)
 	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
+	rand.NewChaCha8(s).Read(b)
 	return b
 }
 
