@@ -4,19 +4,17 @@ import "github.com/redis/go-redis/v9"
 
 // publishScript fans one post out to a batch of users.
 //
-// ARGV: prefix, ref ("AUTHOR POST"), posted-at ms, count-only flag,
-// max inbox, then triples (user, mode, hash unit). Mode "a" is the author
-// (always delivered), "d" deliver (unless the user has a backlog), "h"
-// hold. A user who already has the item, in the inbox or held, is only
+// ARGV: prefix, ref ("AUTHOR POST"), posted-at ms, max inbox, then
+// triples (user, mode, hash unit). Mode "a" is the author (always
+// delivered), "d" deliver (unless the user has a backlog), "h" hold. A user who already has the item, in the inbox or held, is only
 // counted. Returns {delivered, held}.
 var publishScript = redis.NewScript(`
 local p = ARGV[1]
 local ref = ARGV[2]
 local posted = tonumber(ARGV[3])
-local countOnly = ARGV[4] == '1'
-local maxInbox = tonumber(ARGV[5])
+local maxInbox = tonumber(ARGV[4])
 local delivered, held = 0, 0
-for i = 6, #ARGV, 3 do
+for i = 5, #ARGV, 3 do
   local u, mode, unit = ARGV[i], ARGV[i+1], ARGV[i+2]
   local inbox = p .. 'in:' .. u
   local hk = p .. 'h:' .. u
@@ -24,7 +22,7 @@ for i = 6, #ARGV, 3 do
     delivered = delivered + 1
   elseif redis.call('ZSCORE', hk, ref) then
     held = held + 1
-  elseif not countOnly then
+  else
     local seq = redis.call('INCR', p .. 'seq')
     if mode == 'a' or (mode == 'd' and redis.call('EXISTS', hk) == 0) then
       redis.call('ZADD', inbox, seq, ref)

@@ -310,11 +310,12 @@ func (s *Server) publish(ctx context.Context, author, post string, media []strin
 		return d, h, nil
 	}
 	ratio := s.node.Knobs().TimelineDelayRatio
+	const fixedArgs = 4 // publishScript's ARGV before the user triples
 	seen := map[string]bool{author: true}
-	batch := []any{s.cfg.KeyPrefix, r, posted, "0", s.cfg.MaxInbox,
+	batch := []any{s.cfg.KeyPrefix, r, posted, s.cfg.MaxInbox,
 		author, "a", HashUnit(author)}
 	flush := func() error {
-		if len(batch) == 5 {
+		if len(batch) == fixedArgs {
 			return nil
 		}
 		res, err := publishScript.Run(ctx, s.rdb, nil, batch...).Int64Slice()
@@ -323,7 +324,7 @@ func (s *Server) publish(ctx context.Context, author, post string, media []strin
 		}
 		delivered += int(res[0])
 		held += int(res[1])
-		batch = batch[:5]
+		batch = batch[:fixedArgs]
 		return nil
 	}
 	var cursor uint64
@@ -343,7 +344,7 @@ func (s *Server) publish(ctx context.Context, author, post string, media []strin
 				mode = "h"
 			}
 			batch = append(batch, u, mode, unit)
-			if (len(batch)-5)/3 >= s.cfg.FanoutBatch {
+			if (len(batch)-fixedArgs)/3 >= s.cfg.FanoutBatch {
 				if err := flush(); err != nil {
 					return 0, 0, err
 				}

@@ -3,6 +3,7 @@ package timeline_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -36,7 +37,8 @@ var nodeSeq atomic.Int64
 
 func start(t *testing.T, rdb redis.UniversalClient, cfg timeline.Config) *svc {
 	t.Helper()
-	n, err := node.New(node.Config{ID: fmt.Sprintf("tl-%d", nodeSeq.Add(1)), Role: "timeline", Region: "a"})
+	n, err := node.New(node.Config{ID: fmt.Sprintf("tl-%d", nodeSeq.Add(1)), Role: "timeline", Region: "a",
+		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
