@@ -14,6 +14,7 @@ import (
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 	"willow/store"
 )
 
@@ -38,10 +39,14 @@ type found struct {
 	tier string
 }
 
+// caller names who a download is for: the owner peer ranks a forwarded
+// request by it (shedding's willow-business and willow-user metadata).
+type caller struct{ business, user string }
+
 // lookup returns the object for idStr/variant and the tier it came from.
 // fromPeer is set when another node of the OC asks as the owner: the
 // request is then never forwarded.
-func (s *Server) lookup(ctx context.Context, idStr, variant string, fromPeer bool) (*object, string, error) {
+func (s *Server) lookup(ctx context.Context, idStr, variant string, fromPeer bool, who caller) (*object, string, error) {
 	id, err := parseReq(idStr, variant)
 	if err != nil {
 		return nil, "", err
@@ -61,7 +66,7 @@ func (s *Server) lookup(ctx context.Context, idStr, variant string, fromPeer boo
 	}
 	ch := s.group.DoChan(key, func() (any, error) {
 		// The fill outlives a caller that gives up; it has its own deadlines.
-		return s.fill(context.WithoutCancel(ctx), id, key, variant, fromPeer)
+		return s.fill(context.WithoutCancel(ctx), id, key, variant, fromPeer, who)
 	})
 	select {
 	case <-ctx.Done():
@@ -76,14 +81,14 @@ func (s *Server) lookup(ctx context.Context, idStr, variant string, fromPeer boo
 }
 
 // fill fetches a missed object from the owner peer or origin and caches it.
-func (s *Server) fill(ctx context.Context, id media.ID, key, variant string, fromPeer bool) (found, error) {
+func (s *Server) fill(ctx context.Context, id media.ID, key, variant string, fromPeer bool, who caller) (found, error) {
 	if o, ok := s.mem.get(key); ok {
 		return found{o, tierMemory}, nil
 	}
 	owner := s.ring.Load().Get(key)
 	if !fromPeer && owner != s.self {
 		addr := (*s.peers.Load())[owner]
-		o, err := s.fetchPeer(ctx, addr, id, variant)
+		o, err := s.fetchPeer(shedding.WithRequest(ctx, who.business, who.user), addr, id, variant)
 		switch {
 		case err == nil:
 			s.hot.add(key, o)

@@ -11,12 +11,13 @@ import (
 
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 )
 
-// gRPC metadata keys naming the caller.
+// gRPC metadata keys naming the caller (shedding's).
 const (
-	MetadataBusiness = "willow-business"
-	MetadataUser     = "willow-user"
+	MetadataBusiness = shedding.MDBusiness
+	MetadataUser     = shedding.MDUser
 )
 
 // Get streams one variant: the first chunk carries the object's size,
@@ -24,13 +25,17 @@ const (
 // to the end). Errors are gRPC statuses with a reason (see grpcError).
 func (s *Server) Get(req *willowv1.GetRequest, stream willowv1.EdgeCache_GetServer) error {
 	ctx := stream.Context()
+	md, _ := metadata.FromIncomingContext(ctx)
+	who := caller{business: first(md.Get(MetadataBusiness)), user: first(md.Get(MetadataUser))}
+	if who.business == "" {
+		who.business = DefaultBusiness
+	}
 	if !req.GetPeer() && !s.cfg.SkipGRPCShedding && s.node.Shedder() == nil {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if err := s.admit(first(md.Get(MetadataBusiness)), first(md.Get(MetadataUser))); err != nil {
+		if err := s.admit(who.business, who.user); err != nil {
 			return grpcError(err)
 		}
 	}
-	o, tier, err := s.lookup(ctx, req.GetMediaId(), req.GetVariant(), req.GetPeer())
+	o, tier, err := s.lookup(ctx, req.GetMediaId(), req.GetVariant(), req.GetPeer(), who)
 	if err != nil {
 		return grpcError(err)
 	}

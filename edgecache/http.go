@@ -88,11 +88,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if user == "" {
 		user = q.Get("u")
 	}
+	if business == "" {
+		business = DefaultBusiness
+	}
 	if err := s.admit(business, user); err != nil {
 		writeError(w, err)
 		return
 	}
-	o, tier, err := s.lookup(r.Context(), idStr, variant, false)
+	o, tier, err := s.lookup(r.Context(), idStr, variant, false, caller{business, user})
 	if err != nil {
 		writeError(w, err)
 		return
