@@ -23,9 +23,9 @@ const (
 
 func (s *Server) drillsKey() string { return s.key("drills") }
 
-// checkToken reports PERMISSION_DENIED (reason oncall_token) unless token
+// drillToken reports PERMISSION_DENIED (reason oncall_token) unless token
 // is the configured on-call token.
-func (s *Server) checkToken(token string) error {
+func (s *Server) drillToken(token string) error {
 	if s.cfg.OncallToken == "" || subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.OncallToken)) != 1 {
 		return rpcstatus.New(codes.PermissionDenied, "oncall_token", "a valid on-call token is required")
 	}
@@ -110,7 +110,7 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 		}
 		s.audit(e)
 	}()
-	if err := s.checkToken(req.GetToken()); err != nil {
+	if err := s.drillToken(req.GetToken()); err != nil {
 		return nil, err
 	}
 	dur := time.Duration(req.GetForMs()) * time.Millisecond

@@ -482,6 +482,26 @@ func TestDrills(t *testing.T) {
 		return err == nil && len(ld.GetDrills()) == 0
 	})
 
+	// Drills are audited, refused ones too.
+	hist, err := m.client.FlexHistory(ctx, &willowv1.FlexHistoryRequest{Limit: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted, refused int
+	for _, e := range hist.GetEntries() {
+		if e.GetAction() != "drill" {
+			continue
+		}
+		if e.GetAccepted() {
+			accepted++
+		} else {
+			refused++
+		}
+	}
+	if accepted != 1 || refused != 5 {
+		t.Fatalf("audit has %d accepted and %d refused drills, want 1 and 5", accepted, refused)
+	}
+
 	// Latency drill by node ID.
 	if _, err := m.client.SetDrill(ctx, &willowv1.SetDrillRequest{Token: "t", ForMs: 2000,
 		Drill: &willowv1.Drill{NodeAddr: "upload-a-1", Kind: "latency", LatencyMs: 300}}); err != nil {
