@@ -13,11 +13,11 @@ import (
 )
 
 // TestSaturatedHandlerShedsLowPrioritiesFirst offers a loopback gRPC server
-// (2 slots, 10 ms service time: 200 requests/s) 4 businesses x 90
-// requests/s for 3 s, then 4 x 10 requests/s. Admission must shed from the
-// bottom: the top business keeps >= 99% success, success falls with
-// priority, and the level comes back to admitting everything once the
-// load drops.
+// (2 slots, 10 ms service time: 200 requests/s) 350 requests/s for 4 s —
+// moments 50, comment 80, avatar 100, prefetch 120 — then 4 x 10
+// requests/s. Admission must shed from the bottom: the top business keeps
+// >= 99% success, success falls with priority, and the level comes back to
+// admitting everything once the load drops.
 func TestSaturatedHandlerShedsLowPrioritiesFirst(t *testing.T) {
 	s, err := shedding.New(shedding.Config{
 		MaxInFlight: 2,
@@ -32,11 +32,11 @@ func TestSaturatedHandlerShedsLowPrioritiesFirst(t *testing.T) {
 	businesses := []string{"moments", "comment", "avatar", "prefetch"}
 
 	type tally struct{ ok, total atomic.Int64 }
-	drive := func(perSecond int, d time.Duration, tallies []*tally) {
+	drive := func(perSecond []int, d time.Duration, tallies []*tally) {
 		var wg sync.WaitGroup
 		for i, b := range businesses {
 			wg.Go(func() {
-				tick := time.NewTicker(time.Second / time.Duration(perSecond))
+				tick := time.NewTicker(time.Second / time.Duration(perSecond[i]))
 				defer tick.Stop()
 				stop := time.After(d)
 				for {
@@ -67,7 +67,7 @@ func TestSaturatedHandlerShedsLowPrioritiesFirst(t *testing.T) {
 	for i := range tallies {
 		tallies[i] = &tally{}
 	}
-	drive(90, 3*time.Second, tallies)
+	drive([]int{50, 80, 100, 120}, 4*time.Second, tallies)
 	success := make([]float64, len(businesses))
 	for i, b := range businesses {
 		success[i] = float64(tallies[i].ok.Load()) / float64(tallies[i].total.Load())
@@ -93,7 +93,7 @@ func TestSaturatedHandlerShedsLowPrioritiesFirst(t *testing.T) {
 	start := time.Now()
 	deadline := start.Add(5 * time.Second)
 	for s.Level() < s.MaxLevel() && time.Now().Before(deadline) {
-		drive(10, 250*time.Millisecond, nil)
+		drive([]int{10, 10, 10, 10}, 250*time.Millisecond, nil)
 	}
 	if got := s.Level(); got < s.MaxLevel() {
 		t.Errorf("level %d 5 s after the load dropped, want %d", got, s.MaxLevel())
