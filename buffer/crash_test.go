@@ -39,7 +39,8 @@ func crashOptions(round int) buffer.Options {
 
 // TestHelperAppender is the child process of TestKill9: it appends blobs in
 // a loop, deleting and compacting now and then, and prints "A key" after
-// each Append returns and "D key" after each Delete returns, until killed.
+// each Append returns, "d key" before each Delete and "D key" after it
+// returns, until killed.
 func TestHelperAppender(t *testing.T) {
 	dir := os.Getenv(crashDirEnv)
 	if dir == "" {
@@ -62,6 +63,7 @@ func TestHelperAppender(t *testing.T) {
 		fmt.Fprintf(os.Stdout, "A %s\n", key)
 		if i%4 == 3 {
 			old, _ := crashBlob(round, i-2)
+			fmt.Fprintf(os.Stdout, "d %s\n", old) // intent: the delete may land unacknowledged
 			if err := p.Delete(old); err != nil {
 				fmt.Fprintln(os.Stderr, "delete:", err)
 				os.Exit(3)
@@ -92,8 +94,14 @@ func TestKill9(t *testing.T) {
 	for round := 0; round < 6 && time.Now().Before(deadline); round++ {
 		acked := runAndKill(t, dir, round, time.Duration(rng.IntN(300))*time.Millisecond)
 		for _, l := range acked {
-			op, key, _ := strings.Cut(l, " ")
-			live[key] = op == "A"
+			switch op, key, _ := strings.Cut(l, " "); op {
+			case "A":
+				live[key] = true
+			case "D":
+				live[key] = false
+			case "d": // delete begun: until acknowledged, either outcome is right
+				delete(live, key)
+			}
 		}
 		p, err := buffer.Open(dir, crashOptions(round))
 		if err != nil {
@@ -133,7 +141,7 @@ func bytesEqualBlob(key string, got []byte) bool {
 }
 
 // runAndKill starts the helper, waits for its first ack plus delay, kills
-// it with SIGKILL and returns the complete ack lines it printed.
+// it with SIGKILL and returns the complete A/d/D lines it printed, in order.
 func runAndKill(t *testing.T, dir string, round int, delay time.Duration) []string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperAppender$")
@@ -161,7 +169,7 @@ func runAndKill(t *testing.T, dir string, round int, delay time.Duration) []stri
 				return
 			}
 			l = strings.TrimSuffix(l, "\n")
-			if strings.HasPrefix(l, "A ") || strings.HasPrefix(l, "D ") {
+			if op, _, _ := strings.Cut(l, " "); op == "A" || op == "d" || op == "D" {
 				mu.Lock()
 				if acked = append(acked, l); len(acked) == 1 {
 					close(first)
