@@ -430,6 +430,9 @@ func (s *Shedder) Level() int {
 	return int(s.level.Load())
 }
 
+// Waiting returns the number of requests waiting for a concurrency slot.
+func (s *Shedder) Waiting() int { return s.slots.waiting() }
+
 // MaxLevel returns the level at which every request is admitted.
 func (s *Shedder) MaxLevel() int { return int(s.maxLevel) }
 

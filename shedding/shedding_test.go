@@ -200,7 +200,9 @@ func TestLevelTravelsAndClientDropsEarly(t *testing.T) {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); _, err := call(ctx, cc, mWork, "prefetch", "bob"); errs <- err }()
-	time.Sleep(200 * time.Millisecond) // bob is now waiting for the slot
+	for s.Waiting() == 0 { // until bob waits for the slot
+		time.Sleep(time.Millisecond)
+	}
 	clk.Advance(100 * time.Millisecond)
 	close(ts.block) // alice finishes, bob gets the slot; later calls pass
 	wg.Wait()

@@ -76,6 +76,13 @@ func (s *slots) acquire(ctx context.Context, key int, maxWait time.Duration) err
 	return err
 }
 
+// waiting returns the number of waiters.
+func (s *slots) waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters)
+}
+
 // release returns a slot, granting it to the most important waiter.
 func (s *slots) release() {
 	s.mu.Lock()
