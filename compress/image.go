@@ -130,19 +130,32 @@ func DecodeImage(data []byte, maxPixels int64) (image.Image, error) {
 func EncodePresets(ctx context.Context, src image.Image, opt ImageOptions) ([]Output, error) {
 	opt = opt.withDefaults()
 	outs := make([]Output, 0, len(Presets))
-	cur := src
-	for _, p := range Presets {
+	for i, r := range Renditions(src) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("compress image: %w", err)
 		}
-		cur = fit(cur, p.LongEdge)
-		o, err := encode(toNRGBA(cur), p.Name, opt)
+		o, err := Encode(r, Presets[i].Name, opt)
 		if err != nil {
 			return nil, err
 		}
 		outs = append(outs, o)
 	}
 	return outs, nil
+}
+
+// Renditions returns src resized to every preset, in the order of Presets,
+// as opaque NRGBA images: exactly what EncodePresets encodes (the benchmark
+// measures SSIM against them). Each preset is resized from the previous one.
+func Renditions(src image.Image) []*image.NRGBA {
+	out := make([]*image.NRGBA, 0, len(Presets))
+	cur := src
+	for _, p := range Presets {
+		cur = fit(cur, p.LongEdge)
+		n := toNRGBA(cur)
+		cur = n
+		out = append(out, n)
+	}
+	return out
 }
 
 // Fit returns the size of a w x h image fitted into long edge, never larger
@@ -216,7 +229,10 @@ func toNRGBA(img image.Image) *image.NRGBA {
 	return n
 }
 
-func encode(img *image.NRGBA, name string, opt ImageOptions) (Output, error) {
+// Encode encodes one opaque rendition as variant name with opt's codec and
+// quality (no resizing, no metadata).
+func Encode(img *image.NRGBA, name string, opt ImageOptions) (Output, error) {
+	opt = opt.withDefaults()
 	w, h := img.Rect.Dx(), img.Rect.Dy()
 	switch opt.Codec {
 	case CodecJPEG:
