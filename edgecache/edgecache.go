@@ -31,6 +31,7 @@ const (
 	DefaultOriginTimeout     = 10 * time.Second
 	DefaultPeerTimeout       = 5 * time.Second
 	DefaultRefreshInterval   = 2 * time.Second
+	DefaultPeerBackoff       = 5 * time.Second
 	DefaultRetryAfter        = time.Second
 	DefaultBusiness          = "moments"
 	DefaultChunkBytes        = 64 << 10
@@ -64,6 +65,9 @@ type Config struct {
 	// PeerTimeout bounds one fetch from the owner peer; default
 	// DefaultPeerTimeout.
 	PeerTimeout time.Duration
+	// PeerBackoff is how long a peer that failed a fetch is skipped (its
+	// objects read from origin directly); default DefaultPeerBackoff.
+	PeerBackoff time.Duration
 	// RefreshInterval is how often ring membership is refreshed from
 	// Peers or the Router; default DefaultRefreshInterval.
 	RefreshInterval time.Duration
@@ -144,8 +148,9 @@ type Server struct {
 	knobs atomic.Pointer[flex.Knobs]
 	m     *metrics
 
-	connMu sync.Mutex // guards conns
+	connMu sync.Mutex // guards conns and down
 	conns  map[string]*grpc.ClientConn
+	down   map[string]time.Time // peer ID -> skipped until
 }
 
 // New validates cfg, opens the HTTP listener, registers the EdgeCache gRPC
@@ -180,6 +185,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.PeerTimeout <= 0 {
 		cfg.PeerTimeout = DefaultPeerTimeout
 	}
+	if cfg.PeerBackoff <= 0 {
+		cfg.PeerBackoff = DefaultPeerBackoff
+	}
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = DefaultRefreshInterval
 	}
@@ -203,6 +211,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		self:   n.Config().ID,
 		region: n.Config().Region,
 		conns:  make(map[string]*grpc.ClientConn),
+		down:   make(map[string]time.Time),
 	}
 	s.m = newMetrics(n.Registry())
 	s.mem = newMemTier(cfg.CapacityBytes, func() { s.m.evictions.WithLabelValues("memory").Inc() })
@@ -342,6 +351,25 @@ func (s *Server) refresh(ctx context.Context) {
 		}
 	}
 	s.SetPeers(peers)
+}
+
+// peerDown reports whether peer failed within the last PeerBackoff.
+func (s *Server) peerDown(peer string) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	until, ok := s.down[peer]
+	if ok && !s.now().Before(until) {
+		delete(s.down, peer)
+		return false
+	}
+	return ok
+}
+
+// markDown skips peer for PeerBackoff.
+func (s *Server) markDown(peer string) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	s.down[peer] = s.now().Add(s.cfg.PeerBackoff)
 }
 
 // conn returns a pooled connection to a gRPC address.

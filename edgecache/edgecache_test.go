@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -522,5 +523,86 @@ func TestDiskTier(t *testing.T) {
 	}
 	if n := st.gets.Load(); n != 3 {
 		t.Fatalf("%d origin reads, want 3 (second round from disk)", n)
+	}
+}
+
+func TestFailedPeerIsSkippedForBackoff(t *testing.T) {
+	st := newStore(t)
+	var ids []media.ID
+	for i := range 3 {
+		ids = append(ids, put(t, st, media.LocStore, i, media.VariantThumb, "image/heic", payload(500, byte(i))))
+	}
+	var peerCalls atomic.Int64
+	peer := &fakeEdge{get: func(*willowv1.GetRequest, willowv1.EdgeCache_GetServer) error {
+		peerCalls.Add(1)
+		return status.Error(codes.Unavailable, "owner is sick")
+	}}
+	addr := serveGRPC(t, func(s *grpc.Server) { willowv1.RegisterEdgeCacheServer(s, peer) })
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := startEdge(t, "edge-a-2", edgecache.Config{Hash: zeroHash, PeerBackoff: time.Minute}, edgecache.Deps{Store: st, Now: clock})
+	e.srv.SetPeers([]edgecache.Peer{{ID: "edge-a-1", Addr: addr}})
+	for i, want := range []int64{1, 1, 2} {
+		if i == 2 {
+			mu.Lock()
+			now = now.Add(time.Minute)
+			mu.Unlock()
+		}
+		if resp, _ := get(t, e.url+path(ids[i], media.VariantThumb), nil); resp.StatusCode != 200 {
+			t.Fatalf("object %d: status %d", i, resp.StatusCode)
+		}
+		if got := peerCalls.Load(); got != want {
+			t.Fatalf("after object %d: %d calls to the failed owner, want %d", i, got, want)
+		}
+	}
+}
+
+func TestPool2FrontDown(t *testing.T) {
+	for _, tc := range []struct {
+		retries string
+		code    int
+	}{
+		{"on", 200},
+		{"off", 503},
+	} {
+		t.Run("retries="+tc.retries, func(t *testing.T) {
+			st := newStore(t)
+			id := media.ID{Loc: media.LocPool2, Region: "a", Node: "upload-a-1", Key: media.KeyFor("u1", "p2")}
+			if err := st.Put(context.Background(), media.RawKey(id.Key), bytes.NewReader([]byte("raw")), 3, "image/jpeg"); err != nil {
+				t.Fatal(err)
+			}
+			r := &fakeRouter{routes: map[string][]*willowv1.Endpoint{"upload": {{NodeId: "upload-a-1", Addr: deadAddr(t), Region: "a"}}}}
+			e := startEdge(t, "edge-a-1", edgecache.Config{OriginTimeout: 2 * time.Second}, edgecache.Deps{Store: st, Router: r})
+			e.node.ApplyFlex(&willowv1.FlexState{Version: 1, Knobs: map[string]string{"retries": tc.retries}})
+			resp, body := get(t, e.url+path(id, media.VariantRaw), nil)
+			if resp.StatusCode != tc.code {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.code, body)
+			}
+		})
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	st := newStore(t)
+	id := put(t, st, media.LocStore, 1, media.VariantThumb, "image/heic", payload(1000, 1))
+	e := startEdge(t, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	for range 3 {
+		get(t, e.url+path(id, media.VariantThumb), nil)
+	}
+	resp, body := get(t, "http://"+e.node.AdminAddr()+"/metrics", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("metrics: %d", resp.StatusCode)
+	}
+	for _, want := range []string{
+		`willow_edgecache_hits_total{tier="origin"} 1`,
+		`willow_edgecache_hits_total{tier="memory"} 2`,
+		`willow_edgecache_bytes_served_total{proto="http"} 3000`,
+		`willow_edgecache_origin_fetches_total{result="ok",source="store"} 1`,
+		`willow_edgecache_ring_members 1`,
+	} {
+		if !contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

@@ -87,17 +87,20 @@ func (s *Server) fill(ctx context.Context, id media.ID, key, variant string, fro
 	}
 	owner := s.ring.Load().Get(key)
 	if !fromPeer && owner != s.self {
-		addr := (*s.peers.Load())[owner]
-		o, err := s.fetchPeer(shedding.WithRequest(ctx, who.business, who.user), addr, id, variant)
-		switch {
-		case err == nil:
-			s.hot.add(key, o)
-			return found{o, tierPeer}, nil
-		case errors.Is(err, ErrNotFound), errors.Is(err, ErrBadRequest), errors.Is(err, ErrTooLarge):
-			return found{}, err
+		if !s.peerDown(owner) {
+			addr := (*s.peers.Load())[owner]
+			o, err := s.fetchPeer(shedding.WithRequest(ctx, who.business, who.user), addr, id, variant)
+			switch {
+			case err == nil:
+				s.hot.add(key, o)
+				return found{o, tierPeer}, nil
+			case errors.Is(err, ErrNotFound), errors.Is(err, ErrBadRequest), errors.Is(err, ErrTooLarge):
+				return found{}, err
+			}
+			s.log.Warn("owner peer failed, reading origin", "owner", owner, "key", key, "err", err)
+			s.markDown(owner)
 		}
-		s.log.Warn("owner peer failed, reading origin", "owner", owner, "key", key, "err", err)
-		o, err = s.fetchOrigin(ctx, id, variant)
+		o, err := s.fetchOrigin(ctx, id, variant)
 		if err != nil {
 			return found{}, err
 		}

@@ -198,3 +198,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// fakeEdge is an EdgeCacheServer whose Get is a function field.
+type fakeEdge struct {
+	willowv1.UnimplementedEdgeCacheServer
+	get func(*willowv1.GetRequest, willowv1.EdgeCache_GetServer) error
+}
+
+func (f *fakeEdge) Get(req *willowv1.GetRequest, st willowv1.EdgeCache_GetServer) error {
+	return f.get(req, st)
+}
