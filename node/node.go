@@ -171,6 +171,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 		n.shedder = sh
+		n.callbacks = append(n.callbacks, sh.ApplyKnobs)
 		cfg.Unary = append([]grpc.UnaryServerInterceptor{sh.UnaryServerInterceptor()}, cfg.Unary...)
 		cfg.Stream = append([]grpc.StreamServerInterceptor{sh.StreamServerInterceptor()}, cfg.Stream...)
 		if cfg.QueueMs == nil {
