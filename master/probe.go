@@ -152,9 +152,14 @@ func (s *Server) judgeOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	v = s.withSeen(v)
 	now := s.now()
+	// Right after this master starts or Redis comes back, heartbeats other
+	// masters received may not be in Redis yet: judge nobody dead until
+	// Redis has answered for MissedAfter.
+	deadOK := s.redisUpFor() >= s.cfg.MissedAfter
 	probed := s.probeAll(ctx, v.entries, now)
-	changed := s.cfg.judge(v.entries, probed, now)
+	changed := s.cfg.judge(v.entries, probed, now, deadOK)
 	if len(changed) == 0 {
 		return s.cleanDrills(ctx, now)
 	}
@@ -233,8 +238,9 @@ func maxEjected(n int, fraction float64) int {
 
 // judge applies the ejection and recovery rules to a registry snapshot
 // and the probe results of this round; it returns the health records that
-// changed, by node ID.
-func (c *Config) judge(es []*entry, probed map[string]error, now time.Time) map[string]health {
+// changed, by node ID. Unless deadOK, nodes without recent heartbeats are
+// left as they are (Route leaves them out anyway).
+func (c *Config) judge(es []*entry, probed map[string]error, now time.Time, deadOK bool) map[string]health {
 	nowMs := now.UnixMilli()
 	changed := map[string]health{}
 	eject := func(h health, reason string, fromProbing bool) health {
@@ -274,6 +280,9 @@ func (c *Config) judge(es []*entry, probed map[string]error, now time.Time) map[
 		orig := h
 		gk := e.info.GetRole() + "\x00" + e.info.GetRegion()
 		if !e.alive(now, c.MissedAfter) {
+			if !deadOK {
+				continue
+			}
 			if h.State != StateEjected {
 				changed[id] = eject(h, ReasonMissedHeartbeats, h.State == StateProbing)
 			} else if h.ProbeOK != 0 {

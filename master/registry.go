@@ -143,6 +143,7 @@ func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now 
 	}
 	w = append([]sample(nil), w[i:]...)
 	s.windows[info.GetId()] = w
+	s.seen[info.GetId()] = nowMs
 	s.mu.Unlock()
 	ib, err := proto.Marshal(info)
 	if err != nil {
@@ -207,7 +208,11 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	defer cancel()
 	ok, err := s.rdb.SetXX(ctx, s.nodeKey(info.GetId()), b, s.cfg.EntryTTL).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, rpcstatus.New(codes.Unavailable, "redis", "heartbeat %s: %v", info.GetId(), err)
+		// Redis is away: this master still counts the heartbeat (Route
+		// uses it) and answers from its cache.
+		s.log.Warn("heartbeat: redis", "id", info.GetId(), "err", err)
+		return &willowv1.HeartbeatResponse{FlexVersion: s.flexSnapshot().GetVersion(),
+			Drills: s.drillsFor(info.GetId(), info.GetAddr(), now)}, nil
 	}
 	resp := &willowv1.HeartbeatResponse{Reregister: !ok, FlexVersion: s.flexSnapshot().GetVersion()}
 	if ok {
@@ -223,6 +228,29 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 // loadView reads the whole registry from Redis. Entries whose record
 // expired are pruned from the index.
 func (s *Server) loadView(ctx context.Context) (*view, error) {
+	v, err := s.readView(ctx)
+	s.mu.Lock()
+	switch {
+	case err != nil:
+		s.redisUp = time.Time{}
+	case s.redisUp.IsZero():
+		s.redisUp = s.now()
+	}
+	s.mu.Unlock()
+	return v, err
+}
+
+// redisUpFor reports how long Redis has answered without a failure.
+func (s *Server) redisUpFor() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.redisUp.IsZero() {
+		return 0
+	}
+	return s.now().Sub(s.redisUp)
+}
+
+func (s *Server) readView(ctx context.Context) (*view, error) {
 	ids, err := s.rdb.SMembers(ctx, s.key("nodes")).Result()
 	if err != nil {
 		return nil, fmt.Errorf("master: load registry: %w", err)
@@ -275,14 +303,35 @@ func (s *Server) loadView(ctx context.Context) (*view, error) {
 }
 
 // cached returns the last registry snapshot, loading one if there is none.
+// Heartbeats this master received after the snapshot count, so its nodes
+// stay routable while Redis is away.
 func (s *Server) cached(ctx context.Context) (*view, error) {
 	s.mu.Lock()
 	v := s.view
 	s.mu.Unlock()
-	if !v.at.IsZero() {
-		return v, nil
+	if v.at.IsZero() {
+		var err error
+		if v, err = s.refresh(ctx); err != nil {
+			return nil, err
+		}
 	}
-	return s.refresh(ctx)
+	return s.withSeen(v), nil
+}
+
+// withSeen returns v with the last heartbeats this master received.
+func (s *Server) withSeen(v *view) *view {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &view{at: v.at, entries: make([]*entry, len(v.entries))}
+	for i, e := range v.entries {
+		if ms := s.seen[e.info.GetId()]; ms > e.lastMs {
+			c := *e
+			c.lastMs = ms
+			e = &c
+		}
+		out.entries[i] = e
+	}
+	return out
 }
 
 // refresh reloads the registry and the drills from Redis into the cache.
@@ -299,6 +348,16 @@ func (s *Server) refresh(ctx context.Context) (*view, error) {
 	}
 	s.mu.Lock()
 	s.view, s.drills = v, drills
+	known := make(map[string]bool, len(v.entries))
+	for _, e := range v.entries {
+		known[e.info.GetId()] = true
+	}
+	for id := range s.seen { // forget nodes gone from the registry
+		if !known[id] {
+			delete(s.seen, id)
+			delete(s.windows, id)
+		}
+	}
 	s.mu.Unlock()
 	s.met.observe(v, s.now(), s.cfg.MissedAfter)
 	return v, nil
@@ -331,6 +390,7 @@ func (s *Server) ListNodes(ctx context.Context, req *willowv1.ListNodesRequest) 
 			return nil, rpcstatus.New(codes.Unavailable, "redis", "list nodes: %v", err)
 		}
 	}
+	v = s.withSeen(v)
 	now := s.now()
 	resp := &willowv1.ListNodesResponse{}
 	for _, e := range v.entries {

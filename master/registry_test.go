@@ -532,3 +532,41 @@ func TestDrills(t *testing.T) {
 	regWait(t, 3*time.Second, "silenced node out of Route", func() bool { return !inRoute(m.client, "upload", "a", "upload-a-1") })
 	regWait(t, 5*time.Second, "silenced node back after the drill", func() bool { return inRoute(m.client, "upload", "a", "upload-a-1") })
 }
+
+func TestRouteRidesOutRedisOutage(t *testing.T) {
+	dir, port := t.TempDir(), testenv.FreePort(t)
+	r := testenv.StartRedisAt(t, dir, port)
+	rdb := r.Client(t)
+	cfg := regConfig()
+	cfg.MissedAfter = 500 * time.Millisecond
+	m := startRegMaster(t, rdb, "master-1", cfg, nil)
+	startRegNode(t, m.addr, "upload-a-1", "upload", "a")
+	startRegNode(t, m.addr, "upload-b-1", "upload", "b")
+	want := "[upload-a-1]/[upload-b-1]"
+	show := func() string {
+		p, s, err := routeIDs(context.Background(), m.client, "upload", "a")
+		if err != nil {
+			return err.Error()
+		}
+		return fmtIDs(p) + "/" + fmtIDs(s)
+	}
+	regWait(t, 5*time.Second, "nodes in Route", func() bool { return show() == want })
+
+	r.Kill()
+	for end := time.Now().Add(4 * cfg.MissedAfter); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got := show(); got != want {
+			t.Fatalf("Redis down: Route = %s, want %s", got, want)
+		}
+	}
+	testenv.StartRedisAt(t, dir, port)
+	for end := time.Now().Add(4 * cfg.MissedAfter); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got := show(); got != want {
+			t.Fatalf("Redis back: Route = %s, want %s", got, want)
+		}
+	}
+	for _, id := range []string{"upload-a-1", "upload-b-1"} {
+		if st := nodeState(t, m.client, id); st.GetState() != master.StateHealthy {
+			t.Fatalf("%s after the outage: %s (%s), want healthy", id, st.GetState(), st.GetReason())
+		}
+	}
+}

@@ -267,7 +267,7 @@ func TestJudge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			changed := c.judge(tt.entries, tt.probed, t0)
+			changed := c.judge(tt.entries, tt.probed, t0, true)
 			for _, e := range tt.entries {
 				got := e.h.State
 				if h, ok := changed[e.info.GetId()]; ok {
@@ -287,7 +287,7 @@ func TestFlappingDoublesProtection(t *testing.T) {
 	others := []*entry{mk("upload", "a", "a2", StateHealthy, 0, 0), mk("upload", "a", "a3", StateHealthy, 0, 0)}
 	var got []time.Duration
 	for range 3 {
-		h := c.judge(append([]*entry{e}, others...), nil, t0)["a1"]
+		h := c.judge(append([]*entry{e}, others...), nil, t0, true)["a1"]
 		if h.State != StateEjected {
 			t.Fatalf("state %s, want ejected", h.State)
 		}
@@ -312,4 +312,15 @@ func equalDur(a, b []time.Duration) bool {
 		}
 	}
 	return true
+}
+
+func TestJudgeWaitsAfterRedisReturns(t *testing.T) {
+	c := testConfig()
+	es := []*entry{mk("upload", "a", "a1", StateHealthy, 4*time.Second, 0), mk("upload", "a", "a2", StateHealthy, 0, 0)}
+	if changed := c.judge(es, nil, t0, false); len(changed) != 0 {
+		t.Fatalf("judged %v while heartbeats may be missing from Redis", changed)
+	}
+	if h := c.judge(es, nil, t0, true)["a1"]; h.State != StateEjected || h.Reason != ReasonMissedHeartbeats {
+		t.Fatalf("dead node judged %+v, want ejected for missed heartbeats", h)
+	}
 }
