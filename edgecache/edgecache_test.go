@@ -606,3 +606,29 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestContentTypeSniffedWhenStoreHasNone(t *testing.T) {
+	st := newStore(t)
+	heic := append([]byte{0, 0, 0, 24}, []byte("ftypheic\x00\x00\x00\x00mif1heic")...)
+	jpeg := append([]byte{0xff, 0xd8, 0xff, 0xe0}, payload(100, 1)...)
+	for i, tc := range []struct {
+		stored string
+		data   []byte
+		want   string
+	}{
+		{"application/octet-stream", heic, "image/heic"},
+		{"application/octet-stream", jpeg, "image/jpeg"},
+		{"", jpeg, "image/jpeg"},
+		{"video/mp4", jpeg, "video/mp4"},
+		{"application/octet-stream", []byte("plain"), "application/octet-stream"},
+	} {
+		t.Run(fmt.Sprintf("%d %s", i, tc.want), func(t *testing.T) {
+			id := put(t, st, media.LocStore, i, media.VariantRaw, tc.stored, tc.data)
+			e := startEdge(t, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+			resp, _ := get(t, e.url+path(id, media.VariantRaw), nil)
+			if got := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || got != tc.want {
+				t.Fatalf("status %d, Content-Type %q, want %q", resp.StatusCode, got, tc.want)
+			}
+		})
+	}
+}

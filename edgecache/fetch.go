@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -193,9 +192,7 @@ func (s *Server) readChunks(recv func() (*willowv1.DataChunk, error)) (*object, 
 	if o.etag == "" {
 		o.etag = etagOf(o.data)
 	}
-	if o.contentType == "" {
-		o.contentType = http.DetectContentType(o.data)
-	}
+	o.contentType = contentType(o.contentType, o.data)
 	return &o, nil
 }
 
@@ -278,11 +275,8 @@ func (s *Server) readStore(ctx context.Context, id media.ID, variant string) (*o
 	if n > s.cfg.MaxObjectBytes {
 		return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, s.cfg.MaxObjectBytes)
 	}
-	o := &object{data: buf.Bytes(), contentType: info.ContentType}
+	o := &object{data: buf.Bytes(), contentType: contentType(info.ContentType, buf.Bytes())}
 	o.etag = etagOf(o.data)
-	if o.contentType == "" {
-		o.contentType = http.DetectContentType(o.data)
-	}
 	return o, nil
 }
 
