@@ -37,12 +37,18 @@ var nodeSeq atomic.Int64
 
 func start(t *testing.T, rdb redis.UniversalClient, cfg timeline.Config) *svc {
 	t.Helper()
+	return startNow(t, rdb, cfg, nil)
+}
+
+// startNow starts a service whose clock is now (nil: time.Now).
+func startNow(t *testing.T, rdb redis.UniversalClient, cfg timeline.Config, now func() time.Time) *svc {
+	t.Helper()
 	n, err := node.New(node.Config{ID: fmt.Sprintf("tl-%d", nodeSeq.Add(1)), Role: "timeline", Region: "a",
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := timeline.New(cfg, timeline.Deps{Node: n, Redis: rdb, Rand: rand.New(rand.NewPCG(1, 2))})
+	s, err := timeline.New(cfg, timeline.Deps{Node: n, Redis: rdb, Now: now, Rand: rand.New(rand.NewPCG(1, 2))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +233,38 @@ func TestRatioAccuracyPublish(t *testing.T) {
 	}
 	if st := stats(t, v.c); st.GetHeldItems() != int64(want) || st.GetHeldUsers() != int64(want) {
 		t.Errorf("stats %v, want %d held items and users", st, want)
+	}
+	// Heartbeat gauges and Prometheus metrics follow within a refresh.
+	deadline := time.Now().Add(5 * time.Second)
+	for v.s.Gauges()["held_items"] != float64(want) || v.s.Gauges()["held_users"] != float64(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gauges %v, want %d held items and users", v.s.Gauges(), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mfs, err := v.n.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	for name, val := range map[string]float64{
+		"willow_timeline_held_items": float64(want), "willow_timeline_held_users": float64(want),
+		"willow_timeline_published_total": 1, "willow_timeline_held_total": float64(want),
+		"willow_timeline_delivered_total": float64(n - want + 1),
+	} {
+		if got[name] != val {
+			t.Errorf("metric %s = %v, want %v", name, got[name], val)
+		}
+	}
+	for _, name := range []string{"willow_timeline_oldest_held_age_seconds", "willow_timeline_release_per_second", "willow_timeline_released_total"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("metric %s missing", name)
+		}
 	}
 }
 
@@ -562,5 +600,42 @@ func TestConcurrentPublishAndRelease(t *testing.T) {
 	t.Logf("released %d items during concurrent publishing", st.GetReleasedTotal())
 	if st.GetHeldUsers() != 0 || st.GetOldestHeldAgeMs() != 0 {
 		t.Errorf("stats after drain: %v", st)
+	}
+}
+
+func TestOldestHeldAge(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 2, 10, 20, 0, 0, 0, time.UTC).UnixMilli())
+	now := func() time.Time { return time.UnixMilli(clock.Load()) }
+	v := startNow(t, rdb, timeline.Config{}, now)
+	held, _ := users(0.5)
+	follow(t, v.c, held, "a")
+	v.knobs(0.5, 0)
+	publish(t, v.c, "a", "p1")
+	clock.Add(30_000)
+	publish(t, v.c, "a", "p2")
+	clock.Add(60_000)
+	if st := stats(t, v.c); st.GetOldestHeldAgeMs() != 90_000 || st.GetHeldItems() != 2 {
+		t.Errorf("stats %v, want oldest held 90000 ms, 2 items", st)
+	}
+	items, _ := pollAll(t, v.c, "a", "", 10)
+	if len(items) != 2 || items[0].GetPostedAtUnixMs() != clock.Load()-90_000 {
+		t.Errorf("author's items %v", items)
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	r := testenv.StartRedis(t)
+	v := start(t, r.Client(t), timeline.Config{})
+	r.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := v.c.Publish(ctx, &willowv1.PublishRequest{Author: "a", PostId: "p"})
+	if status.Code(err) != codes.Unavailable || rpcstatus.Reason(err) != "redis" {
+		t.Errorf("publish with redis down: %v, want UNAVAILABLE redis", err)
+	}
+	if g := v.s.Gauges(); len(g) != 2 {
+		t.Errorf("gauges %v", g)
 	}
 }
