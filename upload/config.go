@@ -97,8 +97,8 @@ type Deps struct {
 	Compress willowv1.CompressClient
 	// Pool1 and Pool2 are the buffer pools; nil disables a pool.
 	Pool1, Pool2 *buffer.Pool
-	// WouldShed reports whether admission control deferred a Begin it
-	// would otherwise have shed (shedding.WouldShed); nil means never.
+	// WouldShed reports whether admission control would have shed a Begin
+	// it deferred to the handler; default: shedding.WouldShed.
 	WouldShed func(ctx context.Context) bool
 	// Now; default time.Now.
 	Now func() time.Time

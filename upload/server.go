@@ -28,6 +28,7 @@ import (
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 	"willow/store"
 	"willow/token"
 )
@@ -121,7 +122,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.now = time.Now
 	}
 	if s.wouldShed == nil {
-		s.wouldShed = func(context.Context) bool { return false }
+		s.wouldShed = func(ctx context.Context) bool { _, shed := shedding.WouldShed(ctx); return shed }
 	}
 	if s.log == nil {
 		s.log = deps.Node.Logger()

@@ -1,0 +1,169 @@
+package upload_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"willow/compress"
+	"willow/internal/testenv"
+	"willow/media"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+	"willow/store/fs"
+	"willow/upload"
+)
+
+// TestMain doubles as the upload-front child process of the kill -9 test.
+func TestMain(m *testing.M) {
+	if os.Getenv("WILLOW_UPLOAD_CHILD") == "1" {
+		os.Exit(runChild())
+	}
+	os.Exit(m.Run())
+}
+
+// runChild serves an upload front on $CHILD_ADDR with its staging in
+// $CHILD_STAGING, the fs store in $CHILD_STORE and compress at
+// $CHILD_COMPRESS, until killed.
+func runChild() int {
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	n, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", GRPCAddr: os.Getenv("CHILD_ADDR"), Logger: quiet})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	st, err := fs.New(os.Getenv("CHILD_STORE"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	conn, err := node.Dial(os.Getenv("CHILD_COMPRESS"), nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	srv, err := upload.New(upload.Config{Secret: secret, StagingDir: os.Getenv("CHILD_STAGING"),
+		RetryMin: 100 * time.Millisecond, RetryMax: 300 * time.Millisecond, CompressTimeout: 20 * time.Second, PollInterval: 50 * time.Millisecond},
+		upload.Deps{Node: n, Store: st, Compress: willowv1.NewCompressClient(conn)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	go srv.Run(ctx)
+	if err := n.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func startChild(t *testing.T, addr, staging, storeDir, compressAddr string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "WILLOW_UPLOAD_CHILD=1", "CHILD_ADDR="+addr, "CHILD_STAGING="+staging,
+		"CHILD_STORE="+storeDir, "CHILD_COMPRESS="+compressAddr)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if err := testenv.WaitTCP(addr, 20*time.Second); err != nil {
+		t.Fatalf("child front: %v", err)
+	}
+	return cmd
+}
+
+func TestKill9AfterAckLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	staging, storeDir := filepath.Join(dir, "staging"), filepath.Join(dir, "store")
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	compressAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) // nothing listens yet
+	ctx := ctxT(t)
+
+	child := startChild(t, addr, staging, storeDir, compressAddr)
+	conn, err := node.Dial(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	f := &front{t: t, client: willowv1.NewUploadClient(conn)}
+	data, err := os.ReadFile("../../shared/testdata/photos/plasma_DarkestHour.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One upload half sent, one committed.
+	if _, err := f.begin(ctx, "half", "kim", data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.send(ctx, "half", data[:len(data)/2], 0, 32<<10); err != nil {
+		t.Fatal(err)
+	}
+	r := f.mustUpload(ctx, "k9", "kim", data)
+	// SIGKILL right after the acknowledgement.
+	_ = child.Process.Signal(syscall.SIGKILL)
+	_ = child.Wait()
+	if len(r.GetVariants()) != 0 {
+		t.Fatalf("variants before any compress worker existed: %v", r.GetVariants())
+	}
+
+	// A real compress worker comes up; a new front starts on the same
+	// staging dir and store.
+	cn, err := node.New(node.Config{ID: "compress-a-1", Role: "compress", Region: "a", GRPCAddr: compressAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := fs.New(storeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := compress.New(compress.Config{TempDir: t.TempDir()}, compress.Deps{Node: cn, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go cn.Run(cctx)
+	go cs.Run(cctx)
+	startChild(t, addr, staging, storeDir, compressAddr)
+
+	id, _ := media.Parse(r.GetMediaId())
+	if !bytes.Equal(storeBytes(t, st, media.RawKey(id.Key)), data) {
+		t.Fatal("acknowledged raw lost")
+	}
+	eventually(t, "variants after the restart", func() bool {
+		m, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: r.GetMediaId()})
+		return err == nil && m.GetState() == "ready" && len(m.GetVariants()) > 0
+	})
+	m, _ := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: r.GetMediaId()})
+	for _, v := range m.GetVariants() {
+		if _, err := st.Stat(ctx, media.VariantKey(id.Key, v.GetName())); err != nil {
+			t.Fatalf("variant %s missing: %v", v.GetName(), err)
+		}
+	}
+	// Same upload ID after the restart: same media.
+	r2 := f.mustUpload(ctx, "k9", "kim", data)
+	if !r2.GetDuplicate() || r2.GetMediaId() != r.GetMediaId() {
+		t.Fatalf("after restart: %v", r2)
+	}
+	// The half-sent upload resumes where its durable offset says.
+	s, err := f.client.Status(ctx, &willowv1.StatusRequest{UploadId: "half", User: "kim"})
+	if err != nil || s.GetOffset() != int64(len(data)/2) {
+		t.Fatalf("Status of the half upload = %v, %v", s, err)
+	}
+	if _, err := f.send(ctx, "half", data, s.GetOffset(), 32<<10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Commit(ctx, &willowv1.CommitRequest{UploadId: "half", User: "kim"}); err != nil {
+		t.Fatal(err)
+	}
+}
