@@ -308,3 +308,45 @@ func everyOther(ps []string) []string {
 	}
 	return out
 }
+
+// BenchmarkVideo transcodes a 20 s 1080p clip from ffmpeg's test sources
+// (testsrc2 with temporal noise, so the encoder needs its bits) at the
+// normal and the flex bitrate: size, CPU, probed bitrate.
+func BenchmarkVideo(b *testing.B) {
+	src := filepath.Join(b.TempDir(), "src.mp4")
+	ffmpeg(b, "-f", "lavfi", "-i", "testsrc2=size=1920x1080:rate=30:duration=20", "-vf", "noise=alls=8:allf=t",
+		"-c:v", "libx264", "-preset", "ultrafast", "-crf", "26", "-pix_fmt", "yuv420p", src)
+	type row struct {
+		kbps  int
+		bytes int64
+		cpu   time.Duration
+		got   float64
+		dur   float64
+	}
+	rows := []row{{kbps: 1800}, {kbps: 1200}}
+	for b.Loop() {
+		for i := range rows {
+			f, err := os.Open(src)
+			if err != nil {
+				b.Fatal(err)
+			}
+			res, err := compress.Video(context.Background(), f, compress.VideoOptions{BitrateKbps: rows[i].kbps, TempDir: b.TempDir()})
+			f.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			rows[i].bytes = int64(len(res.Outputs[0].Data))
+			rows[i].cpu = res.CPU
+			rows[i].got = res.OutputKbps
+			rows[i].dur = res.OutputSeconds
+		}
+	}
+	b.StopTimer()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n20 s 1920x1080 testsrc2+noise -> 1280x720 H.264 (x264 %s), ffmpeg CPU\n\n| target kbps | MiB | probed kbps | duration s | CPU s |\n|---|---|---|---|---|\n", compress.DefaultX264Preset)
+	for _, r := range rows {
+		fmt.Fprintf(&sb, "| %d | %.2f | %.0f | %.2f | %.1f |\n", r.kbps, float64(r.bytes)/(1<<20), r.got, r.dur, r.cpu.Seconds())
+	}
+	fmt.Fprintf(&sb, "\n1200 kbps size / 1800 kbps size = %.2f (goal <= 0.70)\n", float64(rows[1].bytes)/float64(rows[0].bytes))
+	fmt.Println(sb.String())
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"image"
 	"image/draw"
@@ -74,7 +75,7 @@ func newOutput(name, codec string, quality, w, h int, ct string, data []byte) Ou
 // metadata. It returns ctx.Err() (wrapped) if ctx ends between steps.
 func Images(ctx context.Context, data []byte, opt ImageOptions) ([]Output, error) {
 	opt = opt.withDefaults()
-	src, err := DecodeImage(data, opt.MaxPixels)
+	src, err := decode(data, opt.MaxPixels, Presets[0].LongEdge)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +102,12 @@ func (o ImageOptions) withDefaults() ImageOptions {
 // orientation of JPEG input applied, HEIF transformations applied). The
 // error contract is that of CheckHeader plus ErrCorrupt for bad pixel data.
 func DecodeImage(data []byte, maxPixels int64) (image.Image, error) {
+	return decode(data, maxPixels, 0)
+}
+
+// decode is DecodeImage that may shrink a JPEG while decoding (libjpeg-turbo
+// DCT scaling) as long as its long edge stays at least target pixels.
+func decode(data []byte, maxPixels int64, target int) (image.Image, error) {
 	if maxPixels <= 0 {
 		maxPixels = DefaultMaxPixels
 	}
@@ -118,9 +125,17 @@ func DecodeImage(data []byte, maxPixels int64) (image.Image, error) {
 		}
 		return img, nil
 	default:
-		img, err := jpeg.Decode(bytes.NewReader(data))
+		img, err := decodeJPEGScaled(data, target)
+		if errors.Is(err, errUseGo) {
+			var gi image.Image
+			gi, err = jpeg.Decode(bytes.NewReader(data))
+			if err != nil {
+				return nil, fmt.Errorf("jpeg: %v: %w", err, ErrCorrupt)
+			}
+			return orient(gi, jpegOrientation(data)), nil
+		}
 		if err != nil {
-			return nil, fmt.Errorf("jpeg: %v: %w", err, ErrCorrupt)
+			return nil, err
 		}
 		return orient(img, jpegOrientation(data)), nil
 	}
