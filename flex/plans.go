@@ -68,10 +68,14 @@ type Plans struct {
 
 type levelsFile struct {
 	Businesses []string `yaml:"businesses"`
-	Levels     map[string]struct {
-		Base  string            `yaml:"base"`
-		Knobs map[string]string `yaml:"knobs"`
-	} `yaml:"levels"`
+	// Pointers: yaml.v3 reuses one struct value across map entries, so a
+	// map of structs with maps inside would leak knobs between levels.
+	Levels map[string]*levelSpec `yaml:"levels"`
+}
+
+type levelSpec struct {
+	Base  string            `yaml:"base"`
+	Knobs map[string]string `yaml:"knobs"`
 }
 
 // DefaultPlans returns the shipped plans (flex/levels.yaml).
@@ -110,6 +114,9 @@ func LoadPlans(data []byte) (*Plans, error) {
 			return nil, fmt.Errorf("%w: level %q: base cycle %v", ErrBadPlans, name, append(seen, name))
 		}
 		lv, ok := f.Levels[name]
+		if !ok || lv == nil {
+			lv = &levelSpec{}
+		}
 		if !ok {
 			return nil, fmt.Errorf("%w: level %q: unknown base level", ErrBadPlans, name)
 		}

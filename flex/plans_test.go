@@ -2,6 +2,7 @@ package flex_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -34,7 +35,7 @@ func TestShippedPlans(t *testing.T) {
 		}
 	}
 	normal, _ := p.Plan("normal")
-	if normal["image_quality"] != "70" || flex.DefaultImageQuality != 70 {
+	if normal["image_quality"] != strconv.Itoa(flex.DefaultImageQuality) {
 		t.Errorf("normal image_quality %q should come from flex.DefaultImageQuality", normal["image_quality"])
 	}
 }

@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -212,9 +211,24 @@ func (s *Server) reloadFlexTimeout(ctx context.Context) error {
 }
 
 // reloadFlex reads the document from Redis and installs it when newer.
+// An empty Redis gets version 1, the normal level: nodes treat version 0
+// as "unversioned", so the master never serves it once Redis answers.
 func (s *Server) reloadFlex(ctx context.Context) error {
 	d, err := s.loadDoc(ctx)
 	if err != nil {
+		return err
+	}
+	if d.Version == 0 {
+		_, _, err := s.commit(ctx, func(cur flexDoc) (flexDoc, *willowv1.AuditEntry, error) {
+			if cur.Version != 0 {
+				return cur, nil, errNothingDue // another master bootstrapped
+			}
+			nd := flexDoc{Version: 1, Actor: "master", Reason: "initial state", ChangedAt: s.now().UnixMilli()}
+			return nd, &willowv1.AuditEntry{Actor: "master", Action: "init", Reason: "initial state"}, nil
+		})
+		if errors.Is(err, errNothingDue) {
+			return s.reloadFlex(ctx)
+		}
 		return err
 	}
 	s.install(d)
@@ -259,7 +273,7 @@ func (s *Server) render(d flexDoc) (*willowv1.FlexState, error) {
 func (s *Server) install(d flexDoc) {
 	s.flexMu.Lock()
 	defer s.flexMu.Unlock()
-	if d.Version <= s.doc.Version && s.doc.Version != 0 || d.Version == 0 {
+	if d.Version <= s.doc.Version {
 		return
 	}
 	st, err := s.render(d)
@@ -312,6 +326,9 @@ func (s *Server) commit(ctx context.Context, m mutation) (prev, next *willowv1.F
 		// Never go backwards, even if Redis lost the document.
 		local, _, _ := s.current()
 		nd.Version = max(cur.Version, local.Version) + 1
+		if nd.Version == 1 && entry.GetAction() != "init" {
+			nd.Version = 2 // version 1 is the initial normal state
+		}
 		prev, err = s.render(cur)
 		if err != nil {
 			return nil, nil, err
@@ -406,15 +423,7 @@ var errNothingDue = errors.New("nothing due")
 
 // authorize checks the on-call token and audits a denial.
 func (s *Server) authorize(ctx context.Context, token, action, actor, scope, reason string) error {
-	var err error
-	switch {
-	case s.cfg.OncallToken == "":
-		err = rpcstatus.New(codes.PermissionDenied, "oncall_token", "this master has no on-call token configured: it is read-only")
-	case token == "":
-		err = rpcstatus.New(codes.Unauthenticated, "oncall_token", "an on-call token is required (--token or WILLOW_ONCALL_TOKEN)")
-	case subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.OncallToken)) != 1:
-		err = rpcstatus.New(codes.PermissionDenied, "oncall_token", "wrong on-call token")
-	}
+	err := s.flexToken(token)
 	if err != nil {
 		s.flexChanges.WithLabelValues(action, "denied").Inc()
 		cur, _, _ := s.current()

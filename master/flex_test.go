@@ -125,12 +125,12 @@ func TestSetFlexValidation(t *testing.T) {
 		})
 	}
 	st, err := m.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
-	if err != nil || st.GetVersion() != 0 || st.GetLevel() != "normal" {
+	if err != nil || st.GetVersion() != 1 || st.GetLevel() != "normal" {
 		t.Fatalf("rejected changes changed the state: %v %v", st, err)
 	}
 	// Valid edges pass.
 	st = set(t, m.client, &willowv1.SetFlexRequest{Knobs: map[string]string{"image_quality": "10", "timeline_delay_ratio": "1", "video_bitrate_kbps": "300", "shed_ratio.prefetch": "0"}})
-	if st.GetVersion() != 1 || st.GetKnobs()["image_quality"] != "10" {
+	if st.GetVersion() != 2 || st.GetKnobs()["image_quality"] != "10" {
 		t.Fatalf("state = %v", st)
 	}
 }
@@ -147,7 +147,7 @@ func TestSetFlexLevelsScopesRollback(t *testing.T) {
 	}
 	// Widening: the global level switch supersedes the staged rollout.
 	st = set(t, m.client, &willowv1.SetFlexRequest{Level: "red"})
-	if st.GetVersion() != 3 || st.GetLevel() != "red" || len(st.GetScopes()) != 0 || st.GetKnobs()["image_quality"] != "50" || st.GetKnobs()["shed_ratio.prefetch"] != "0.8" {
+	if st.GetVersion() != 4 || st.GetLevel() != "red" || len(st.GetScopes()) != 0 || st.GetKnobs()["image_quality"] != "50" || st.GetKnobs()["shed_ratio.prefetch"] != "0.8" {
 		t.Fatalf("red: %v", st)
 	}
 	resp, err := m.client.RollbackFlex(ctxT(t), &willowv1.RollbackFlexRequest{Token: token, Reason: "too harsh"})
@@ -155,7 +155,7 @@ func TestSetFlexLevelsScopesRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = resp.GetFlex()
-	if st.GetVersion() != 4 || st.GetLevel() != "normal" || st.GetKnobs()["image_quality"] != "40" || len(st.GetScopes()) != 1 {
+	if st.GetVersion() != 5 || st.GetLevel() != "normal" || st.GetKnobs()["image_quality"] != "40" || len(st.GetScopes()) != 1 {
 		t.Fatalf("rollback: %v", st)
 	}
 	if resp.GetPrevious().GetLevel() != "red" {
@@ -170,7 +170,7 @@ func TestSetFlexLevelsScopesRollback(t *testing.T) {
 	if err != nil || dr.GetFlex().GetLevel() != "blue" {
 		t.Fatalf("dry run: %v %v", dr, err)
 	}
-	if cur, _ := m.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{}); cur.GetVersion() != 4 {
+	if cur, _ := m.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{}); cur.GetVersion() != 5 {
 		t.Fatalf("dry run changed the version: %v", cur)
 	}
 }
@@ -183,7 +183,7 @@ func TestSetFlexCompareAndSet(t *testing.T) {
 	// Two on-calls both read version 1 and change it: the second loses.
 	set(t, a.client, &willowv1.SetFlexRequest{Level: "yellow", ExpectedVersion: st.GetVersion()})
 	_, err := b.client.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Token: token, Reason: "x", Level: "red", ExpectedVersion: st.GetVersion()})
-	if status.Code(err) != codes.Aborted || rpcstatus.Reason(err) != "version_conflict" || !strings.Contains(err.Error(), "version 2, you expected 1") {
+	if status.Code(err) != codes.Aborted || rpcstatus.Reason(err) != "version_conflict" || !strings.Contains(err.Error(), "version 3, you expected 2") {
 		t.Fatalf("stale CAS = %v", err)
 	}
 	// Concurrent unconditional changes through two masters all land, each
@@ -211,7 +211,7 @@ func TestSetFlexCompareAndSet(t *testing.T) {
 		}
 	}
 	cur, _ := a.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
-	if cur.GetVersion() != 22 {
+	if cur.GetVersion() != 23 {
 		t.Fatalf("version after 22 accepted changes = %d", cur.GetVersion())
 	}
 	h, err := a.client.FlexHistory(ctxT(t), &willowv1.FlexHistoryRequest{Limit: 100})
@@ -227,8 +227,8 @@ func TestSetFlexCompareAndSet(t *testing.T) {
 			seen[e.GetToVersion()] = true
 		}
 	}
-	if len(seen) != 22 {
-		t.Errorf("%d accepted audit entries, want 22", len(seen))
+	if len(seen) != 23 {
+		t.Errorf("%d accepted audit entries, want 23 (init + 22)", len(seen))
 	}
 }
 
@@ -248,7 +248,7 @@ func TestFlexExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 		if cur.GetLevel() == "blue" {
-			if cur.GetKnobs()["shed_ratio.comment"] != "0.1" || cur.GetExpiresAtUnixMs() != 0 || cur.GetVersion() != 4 {
+			if cur.GetKnobs()["shed_ratio.comment"] != "0.1" || cur.GetExpiresAtUnixMs() != 0 || cur.GetVersion() != 5 {
 				t.Fatalf("after expiry: %v", cur)
 			}
 			break
@@ -311,7 +311,7 @@ func TestFlexAudit(t *testing.T) {
 		errPart       string
 	}
 	want := []row{{"eve", "rollback", false, "UNAUTHENTICATED oncall_token"}, {"bob", "knob", false, "image_quality"},
-		{"mallory", "set", false, "PERMISSION_DENIED oncall_token"}, {"alice", "set", true, ""}}
+		{"mallory", "set", false, "PERMISSION_DENIED oncall_token"}, {"alice", "set", true, ""}, {"master", "init", true, ""}}
 	if len(h.GetEntries()) != len(want) {
 		t.Fatalf("history = %v", h.GetEntries())
 	}
@@ -321,7 +321,7 @@ func TestFlexAudit(t *testing.T) {
 			t.Errorf("entry %d = %v, want %+v", i, e, w)
 		}
 	}
-	if e := h.GetEntries()[3]; e.GetReason() != "holiday eve" || !strings.HasPrefix(e.GetFrom(), "v0 normal") || !strings.HasPrefix(e.GetTo(), "v1 blue") {
+	if e := h.GetEntries()[3]; e.GetReason() != "holiday eve" || !strings.HasPrefix(e.GetFrom(), "v1 normal") || !strings.HasPrefix(e.GetTo(), "v2 blue") {
 		t.Errorf("accepted entry = %v", e)
 	}
 }

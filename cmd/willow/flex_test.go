@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"willow/flex"
 	"willow/internal/testenv"
 	"willow/master"
 	"willow/node"
@@ -36,19 +38,19 @@ func startFlexMaster(t *testing.T, token string) string {
 	return n.Addr()
 }
 
-type cliResult struct {
+type flexCLIResult struct {
 	code           int
 	stdout, stderr string
 }
 
-func runCLI(t *testing.T, env map[string]string, args ...string) cliResult {
+func runFlexCLI(t *testing.T, env map[string]string, args ...string) flexCLIResult {
 	t.Helper()
 	var out, errb bytes.Buffer
 	m := &Main{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	code := m.Run(ctx, args)
-	return cliResult{code, out.String(), errb.String()}
+	return flexCLIResult{code, out.String(), errb.String()}
 }
 
 func TestFlexCLI(t *testing.T) {
@@ -58,7 +60,7 @@ func TestFlexCLI(t *testing.T) {
 
 	statusJSON := func() map[string]any {
 		t.Helper()
-		r := runCLI(t, env, "flex", "status", "--json")
+		r := runFlexCLI(t, env, "flex", "status", "--json")
 		if r.code != 0 {
 			t.Fatalf("status: %+v", r)
 		}
@@ -69,7 +71,7 @@ func TestFlexCLI(t *testing.T) {
 		return v
 	}
 	st := statusJSON()
-	if st["version"] != 0.0 || st["level"] != "normal" || st["knobs"].(map[string]any)["image_codec"] != "heic" || st["expires_at"] != nil {
+	if st["version"] != 1.0 || st["level"] != "normal" || st["knobs"].(map[string]any)["image_codec"] != "heic" || st["expires_at"] != nil {
 		t.Fatalf("initial status = %v", st)
 	}
 
@@ -91,12 +93,12 @@ func TestFlexCLI(t *testing.T) {
 		{"not NAME=VALUE", withToken, []string{"flex", "knob", "image_quality", "--reason", "x"}, 2, "", "NAME=VALUE"},
 		{"dry run", withToken, []string{"flex", "set", "blue", "--reason", "x", "--dry-run"}, 0, "image_codec: heic -> jpeg", ""},
 		{"scoped yellow", withToken, []string{"flex", "set", "yellow", "--reason", "staged", "--for", "2h", "--scope", "region:a"}, 0, "region:a retries: on -> off", ""},
-		{"knobs", withToken, []string{"flex", "knob", "shed_ratio.prefetch=0.5", "image_quality=45", "--reason", "cpu"}, 0, "image_quality: 70 -> 45", ""},
-		{"stale expect", withToken, []string{"flex", "set", "red", "--reason", "x", "--expect", "1"}, 1, "", "ABORTED version_conflict"},
+		{"knobs", withToken, []string{"flex", "knob", "shed_ratio.prefetch=0.5", "image_quality=45", "--reason", "cpu"}, 0, fmt.Sprintf("image_quality: %d -> 45", flex.DefaultImageQuality), ""},
+		{"stale expect", withToken, []string{"flex", "set", "red", "--reason", "x", "--expect", "2"}, 1, "", "ABORTED version_conflict"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := runCLI(t, tt.env, tt.args...)
+			r := runFlexCLI(t, tt.env, tt.args...)
 			if r.code != tt.code || !strings.Contains(r.stdout, tt.stdout) || !strings.Contains(r.stderr, tt.stderr) {
 				t.Fatalf("willow %s = %+v, want exit %d, stdout with %q, stderr with %q", strings.Join(tt.args, " "), r, tt.code, tt.stdout, tt.stderr)
 			}
@@ -106,20 +108,20 @@ func TestFlexCLI(t *testing.T) {
 	st = statusJSON()
 	knobs := st["knobs"].(map[string]any)
 	scopes := st["scopes"].([]any)
-	if st["version"] != 2.0 || st["level"] != "normal" || knobs["image_quality"] != "45" || knobs["shed_ratio.prefetch"] != "0.5" ||
+	if st["version"] != 3.0 || st["level"] != "normal" || knobs["image_quality"] != "45" || knobs["shed_ratio.prefetch"] != "0.5" ||
 		st["expires_at"] == nil || len(scopes) != 1 || scopes[0].(map[string]any)["scope"] != "region:a" {
 		t.Fatalf("status after changes = %v", st)
 	}
-	if r := runCLI(t, env, "flex", "status"); r.code != 0 || !strings.Contains(r.stdout, "scope region:a: level yellow") {
+	if r := runFlexCLI(t, env, "flex", "status"); r.code != 0 || !strings.Contains(r.stdout, "scope region:a: level yellow") {
 		t.Fatalf("status: %+v", r)
 	}
 
-	r := runCLI(t, withToken, "flex", "rollback", "--reason", "oops")
-	if r.code != 0 || !strings.Contains(r.stdout, "image_quality: 45 -> 70") {
+	r := runFlexCLI(t, withToken, "flex", "rollback", "--reason", "oops")
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("image_quality: 45 -> %d", flex.DefaultImageQuality)) {
 		t.Fatalf("rollback: %+v", r)
 	}
 
-	r = runCLI(t, env, "flex", "history", "--json")
+	r = runFlexCLI(t, env, "flex", "history", "--json")
 	var hist []map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &hist); err != nil || r.code != 0 {
 		t.Fatalf("history --json: %+v %v", r, err)
@@ -132,10 +134,10 @@ func TestFlexCLI(t *testing.T) {
 			denied++
 		}
 	}
-	if accepted != 3 || denied < 6 || hist[0]["action"] != "rollback" || hist[0]["actor"] != "alice" {
+	if accepted != 4 || denied < 6 || hist[0]["action"] != "rollback" || hist[0]["actor"] != "alice" {
 		t.Fatalf("history: %d accepted, %d denied: %v", accepted, denied, hist)
 	}
-	if r := runCLI(t, env, "flex", "history"); r.code != 0 || !strings.Contains(r.stdout, "DENIED") {
+	if r := runFlexCLI(t, env, "flex", "history"); r.code != 0 || !strings.Contains(r.stdout, "DENIED") {
 		t.Fatalf("history: %+v", r)
 	}
 }
