@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -83,8 +84,19 @@ func startEdge(t testing.TB, id string, cfg edgecache.Config, deps edgecache.Dep
 	return startEdgeNode(t, node.Config{ID: id, Role: "edgecache", Region: "a"}, cfg, deps)
 }
 
+// quiet logs only with -v.
+func quiet() *slog.Logger {
+	if testing.Verbose() {
+		return slog.Default()
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
 func startEdgeNode(t testing.TB, ncfg node.Config, cfg edgecache.Config, deps edgecache.Deps) *edge {
 	t.Helper()
+	if ncfg.Logger == nil {
+		ncfg.Logger = quiet()
+	}
 	n, err := node.New(ncfg)
 	if err != nil {
 		t.Fatal(err)

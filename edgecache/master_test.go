@@ -2,7 +2,6 @@ package edgecache_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 // OC, whichever node is asked.
 func TestRingMembershipFromMaster(t *testing.T) {
 	redis := testenv.StartRedis(t)
-	quiet := slog.New(slog.DiscardHandler)
+	quiet := quiet()
 	mn, err := node.New(node.Config{ID: "master-1", Role: "master", ShutdownGrace: time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
