@@ -3,6 +3,7 @@ package master_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"sort"
@@ -569,4 +570,60 @@ func TestRouteRidesOutRedisOutage(t *testing.T) {
 			t.Fatalf("%s after the outage: %s (%s), want healthy", id, st.GetState(), st.GetReason())
 		}
 	}
+}
+
+// BenchmarkRPC measures Route and Heartbeat through gRPC on loopback
+// against a real redis-server, 100 registered nodes.
+func BenchmarkRPC(b *testing.B) {
+	r := testenv.StartRedis(b)
+	opt, _ := redis.ParseURL(r.URL)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	n, err := node.New(node.Config{ID: "master-1", Role: "master", Logger: slog.New(slog.DiscardHandler), ShutdownGrace: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Nodes that never heartbeat again must not go dead mid-benchmark.
+	s, err := master.New(master.Config{OncallToken: "t", MissedAfter: time.Hour, EntryTTL: 2 * time.Hour},
+		master.Deps{Node: n, Redis: rdb, Prober: okProber{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go n.Run(ctx)
+	go s.Run(ctx)
+	conn, err := node.Dial(n.Addr(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	c := willowv1.NewMasterClient(conn)
+	infos := make([]*willowv1.NodeInfo, 100)
+	for i := range infos {
+		region := "a"
+		if i%2 == 1 {
+			region = "b"
+		}
+		infos[i] = &willowv1.NodeInfo{Id: fmt.Sprintf("upload-%d", i), Role: "upload", Region: region, Addr: fmt.Sprintf("127.0.0.1:%d", 20000+i)}
+		if _, err := c.Register(ctx, &willowv1.RegisterRequest{Node: infos[i]}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("Heartbeat", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if _, err := c.Heartbeat(ctx, &willowv1.HeartbeatRequest{Node: infos[i%len(infos)], Load: &willowv1.Load{Requests: 10}}); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("Route", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := c.Route(ctx, &willowv1.RouteRequest{Role: "upload", Region: "a"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

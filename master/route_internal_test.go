@@ -2,6 +2,7 @@ package master
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -322,5 +323,19 @@ func TestJudgeWaitsAfterRedisReturns(t *testing.T) {
 	}
 	if h := c.judge(es, nil, t0, true)["a1"]; h.State != StateEjected || h.Reason != ReasonMissedHeartbeats {
 		t.Fatalf("dead node judged %+v, want ejected for missed heartbeats", h)
+	}
+}
+
+func BenchmarkRoute(b *testing.B) {
+	var es []*entry
+	for i := range 300 {
+		region := string(rune('a' + i%3))
+		es = append(es, mk("upload", region, fmt.Sprintf("u-%s-%d", region, i), StateHealthy, 0, int32(i%17)))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := route(es, t0, 3*time.Second, "upload", "a"); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
