@@ -167,16 +167,12 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	go func() { srvDone <- s.Run(ctx) }()
 	consoleAddr := ""
 	if mc.Console != "" {
-		h, ok := any(s).(interface{ ConsoleHandler() http.Handler })
-		if !ok {
-			return errors.New("this master has no web console")
-		}
 		l, err := net.Listen("tcp", mc.Console)
 		if err != nil {
 			return fmt.Errorf("console: %w", err)
 		}
 		consoleAddr = l.Addr().String()
-		srv := &http.Server{Handler: h.ConsoleHandler(), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: s.ConsoleHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err

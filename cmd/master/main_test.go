@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,10 +24,13 @@ func TestMainServesFromConfigFile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan *node.Node, 1)
+	var consoleAddr string
 	var stderr bytes.Buffer
-	m := &Main{Stderr: &stderr, Getenv: func(string) string { return "" }, Ready: func(n *node.Node, _ string) { ready <- n }}
+	m := &Main{Stderr: &stderr, Getenv: func(string) string { return "" }, Ready: func(n *node.Node, c string) { consoleAddr = c; ready <- n }}
 	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, []string{"-config", cfgPath, "-admin", "127.0.0.1:0"}) }()
+	go func() {
+		done <- m.Run(ctx, []string{"-config", cfgPath, "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0"})
+	}()
 	var n *node.Node
 	select {
 	case n = <-ready:
@@ -47,6 +51,14 @@ func TestMainServesFromConfigFile(t *testing.T) {
 	defer ccancel()
 	if _, err := willowv1.NewMasterClient(conn).ListNodes(cctx, &willowv1.ListNodesRequest{}); err != nil {
 		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + consoleAddr + "/console")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("console: %s", resp.Status)
 	}
 	cancel()
 	select {
