@@ -15,6 +15,7 @@ APT_PACKAGES=(
   libvips-tools       # vipsthumbnail, the compress benchmark baseline
   nginx-light         # the edge-cache benchmark baseline
   protobuf-compiler   # protoc for `make proto`
+  chromium            # headless browser for the flex console test (chromedp)
   ca-certificates
 )
 

@@ -1,0 +1,231 @@
+package master_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"willow/internal/testenv"
+	"willow/node"
+)
+
+func startConsole(t *testing.T) (*testMaster, *httptest.Server) {
+	t.Helper()
+	m := startMaster(t, testenv.StartRedis(t).Client(t), "master-1")
+	ts := httptest.NewServer(m.srv.ConsoleHandler())
+	t.Cleanup(ts.Close)
+	return m, ts
+}
+
+func postJSON(t *testing.T, url, tok string, body any) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("X-Willow-Token", tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func TestConsoleAPI(t *testing.T) {
+	_, ts := startConsole(t)
+	tests := []struct {
+		name   string
+		tok    string
+		body   any
+		code   int
+		reason string
+		msg    string
+	}{
+		{"no token", "", map[string]any{"level": "red", "reason": "x"}, 401, "oncall_token", "token"},
+		{"wrong token", "nope", map[string]any{"level": "red", "reason": "x"}, 403, "oncall_token", "wrong"},
+		{"bad knob", token, map[string]any{"knobs": map[string]string{"timeline_delay_ratio": "2"}, "reason": "x"}, 400, "invalid_knob", "timeline_delay_ratio"},
+		{"bad for", token, map[string]any{"level": "blue", "reason": "x", "for": "soon"}, 400, "invalid_expiry", "soon"},
+		{"unknown field", token, map[string]any{"levle": "blue"}, 400, "bad_request", "levle"},
+		{"stale version", token, map[string]any{"level": "blue", "reason": "x", "expected_version": 7}, 409, "version_conflict", "you expected 7"},
+		{"dry run", token, map[string]any{"level": "blue", "reason": "x", "dry_run": true}, 200, "", ""},
+		{"apply", token, map[string]any{"level": "blue", "reason": "x", "expected_version": 1, "for": "1h"}, 200, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := postJSON(t, ts.URL+"/api/flex", tt.tok, tt.body)
+			if code != tt.code || (tt.reason != "" && out["reason"] != tt.reason) || !strings.Contains(mustString(out["error"]), tt.msg) {
+				t.Fatalf("POST = %d %v, want %d %s %q", code, out, tt.code, tt.reason, tt.msg)
+			}
+		})
+	}
+	resp, err := http.Get(ts.URL + "/api/flex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Flex struct {
+			Version   int64             `json:"version"`
+			Level     string            `json:"level"`
+			Knobs     map[string]string `json:"knobs"`
+			ExpiresAt *string           `json:"expires_at"`
+		} `json:"flex"`
+		Levels   []string `json:"levels"`
+		Writable bool     `json:"writable"`
+	}
+	json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if st.Flex.Version != 2 || st.Flex.Level != "blue" || st.Flex.ExpiresAt == nil || len(st.Levels) != 4 || !st.Writable {
+		t.Fatalf("GET /api/flex = %+v", st)
+	}
+	if code, out := postJSON(t, ts.URL+"/api/rollback", token, map[string]any{"reason": "undo"}); code != 200 {
+		t.Fatalf("rollback = %d %v", code, out)
+	}
+	var hist struct {
+		Entries []map[string]any `json:"entries"`
+	}
+	resp, _ = http.Get(ts.URL + "/api/history")
+	json.NewDecoder(resp.Body).Decode(&hist)
+	resp.Body.Close()
+	if len(hist.Entries) < 5 || hist.Entries[0]["action"] != "rollback" || !strings.Contains(mustString(hist.Entries[0]["actor"]), "@console") {
+		t.Fatalf("history = %v", hist.Entries)
+	}
+	resp, _ = http.Get(ts.URL + "/api/nodes")
+	var nodes map[string]any
+	json.NewDecoder(resp.Body).Decode(&nodes)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || nodes["regions"] == nil {
+		t.Fatalf("nodes = %d %v", resp.StatusCode, nodes)
+	}
+	// The page and JSON go out gzip-compressed when the client asks.
+	req, _ := http.NewRequest("GET", ts.URL+"/console", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err = (&http.Transport{DisableCompression: true}).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("console Content-Encoding = %q, want gzip", resp.Header.Get("Content-Encoding"))
+	}
+}
+
+func mustString(v any) string { s, _ := v.(string); return s }
+
+// TestConsoleBrowser drives the console in headless Chromium: read-only
+// without a token; with it, switch the level through the button and the
+// confirmation showing the diff, then check a node received the level.
+func TestConsoleBrowser(t *testing.T) {
+	chromium := testenv.LookPath(t, "chromium")
+	m, ts := startConsole(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", MasterAddr: m.node.Addr(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nctx, ncancel := context.WithCancel(context.Background())
+	defer ncancel()
+	go n.Run(nctx)
+
+	actx, acancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	defer acancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer tcancel()
+
+	// Without a token the page is read-only.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL+"/console"),
+		chromedp.WaitVisible(chromedp.ID("level-red")),
+	); err != nil {
+		t.Fatalf("open console: %v", err)
+	}
+	level, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("level")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("level-red").disabled`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !disabled || level != "normal" {
+		t.Fatalf("without token: red button disabled=%v, level %q", disabled, level)
+	}
+
+	// With the token: switch to red through the confirmation.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL+"/console?token="+token),
+		chromedp.WaitEnabled(chromedp.ID("level-red")),
+		chromedp.SendKeys(chromedp.ID("reason"), "browser test: holiday peak"),
+		chromedp.SendKeys(chromedp.ID("actor"), "carol"),
+		chromedp.Click(chromedp.ID("level-red")),
+		chromedp.WaitVisible(chromedp.ID("confirm-ok")),
+	); err != nil {
+		t.Fatalf("switch level: %v", err)
+	}
+	diff, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("confirm-diff")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"level", "normal", "red", "retries", "shed_ratio.prefetch"} {
+		if !strings.Contains(diff, want) {
+			t.Fatalf("confirmation diff %q lacks %q", diff, want)
+		}
+	}
+	if cur := n.Knobs().Level; cur != "normal" {
+		t.Fatalf("level changed before confirmation: %s", cur)
+	}
+	start := time.Now()
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("confirm-ok")),
+		chromedp.WaitVisible(chromedp.CSS("#msg.ok")),
+	); err != nil {
+		t.Fatalf("confirm: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("level").textContent === "red"`, chromedp.WithPollingTimeout(5*time.Second))); err != nil {
+		t.Fatalf("page level: %v", err)
+	}
+	for n.Knobs().Level != "red" {
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("node did not receive level red: %+v", n.Knobs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("node runs level red %v after the confirmation click", time.Since(start))
+	if k := n.Knobs(); k.Retries || k.ShedRatio["prefetch"] != 0.8 || k.TimelineDelayRatio != 0.7 {
+		t.Fatalf("node knobs = %+v", k)
+	}
+	// The change is audited with the console actor.
+	h, err := m.client.FlexHistory(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := h.GetEntries()[0]; !e.GetAccepted() || !strings.HasPrefix(e.GetActor(), "carol@console") || e.GetReason() != "browser test: holiday peak" {
+		t.Fatalf("audit = %v", e)
+	}
+}
