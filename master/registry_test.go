@@ -385,6 +385,14 @@ func TestTwoMastersShareState(t *testing.T) {
 	}
 	regWait(t, 5*time.Second, "both masters route", func() bool { return show(m1.client) == want && show(m2.client) == want })
 
+	// A drill ordered through master-1 reaches a node that heartbeats to
+	// master-2.
+	if _, err := m1.client.SetDrill(context.Background(), &willowv1.SetDrillRequest{Token: "t", ForMs: 2000,
+		Drill: &willowv1.Drill{NodeAddr: "upload-a-2", Kind: "latency", LatencyMs: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	regWait(t, 2*time.Second, "drill via the other master", func() bool { return len(regionA[1].node.Drills()) == 1 })
+
 	m1.stop() // kill master-1, the leader
 	deadline := time.Now().Add(2 * cfg.LeaseTTL)
 	for time.Now().Before(deadline) {
