@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -427,5 +428,29 @@ func TestNodeReceivesFlex(t *testing.T) {
 	}
 	if k := n.Knobs(); k.Retries || k.ShedRatio["prefetch"] != 0.8 {
 		t.Fatalf("node knobs = %+v", k)
+	}
+}
+
+// TestWatchZstd follows the flex state over a zstd-compressed Watch stream
+// (node.Zstd, klauspost/compress registered with gRPC).
+func TestWatchZstd(t *testing.T) {
+	m := startMaster(t, testenv.StartRedis(t).Client(t), "master-1")
+	conn, err := node.Dial(m.node.Addr(), nil, grpc.WithDefaultCallOptions(grpc.UseCompressor(node.Zstd)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := willowv1.NewMasterClient(conn)
+	stream, err := c.Watch(ctxT(t), &willowv1.WatchRequest{NodeId: "z"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := stream.Recv(); err != nil || ev.GetFlex().GetVersion() != 1 {
+		t.Fatalf("first event %v %v", ev, err)
+	}
+	set(t, c, &willowv1.SetFlexRequest{Level: "red", Reason: "zstd"})
+	ev, err := stream.Recv()
+	if err != nil || ev.GetFlex().GetLevel() != "red" || len(ev.GetFlex().GetKnobs()) < 10 {
+		t.Fatalf("event %v %v", ev, err)
 	}
 }
