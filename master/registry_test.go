@@ -1,15 +1,18 @@
 package master_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -634,4 +637,56 @@ func BenchmarkRPC(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestHelperNodeProcess is not a test: TestKilledNodeProcessLeavesRoute
+// runs the test binary as a node process through it.
+func TestHelperNodeProcess(t *testing.T) {
+	masterAddr := os.Getenv("WILLOW_HELPER_NODE_MASTER")
+	if masterAddr == "" {
+		t.Skip("helper process for TestKilledNodeProcessLeavesRoute")
+	}
+	n, err := node.New(node.Config{ID: os.Getenv("WILLOW_HELPER_NODE_ID"), Role: "upload", Region: "a",
+		MasterAddr: masterAddr, Logger: quiet()}) // default 1 s heartbeats
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("ADDR", n.Addr())
+	_ = n.Run(context.Background()) // until killed
+}
+
+func TestKilledNodeProcessLeavesRoute(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	cfg := regConfig()
+	cfg.MissedAfter = 0                                      // the default, 3 s
+	m := startRegMaster(t, rdb, "master-1", cfg, okProber{}) // heartbeats alone must tell
+	startRegNode(t, m.addr, "upload-a-2", "upload", "a")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperNodeProcess$")
+	cmd.Env = append(os.Environ(), "WILLOW_HELPER_NODE_MASTER="+m.addr, "WILLOW_HELPER_NODE_ID=upload-a-1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ADDR ") {
+		t.Fatalf("helper said %q, %v", line, err)
+	}
+	regWait(t, 5*time.Second, "node process in Route", func() bool { return inRoute(m.client, "upload", "a", "upload-a-1") })
+	died := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	regWait(t, 4*time.Second, "killed node out of Route", func() bool { return !inRoute(m.client, "upload", "a", "upload-a-1") })
+	took := time.Since(died)
+	t.Logf("kill -9: node left Route after %v", took)
+	if took > 3*time.Second+50*time.Millisecond {
+		t.Fatalf("killed node left Route after %v, want within 3 s", took)
+	}
+	if !inRoute(m.client, "upload", "a", "upload-a-2") {
+		t.Fatal("the live node left Route too")
+	}
 }
