@@ -187,8 +187,8 @@ func TestManifestsShape(t *testing.T) {
 			for _, vct := range dig(sts, "spec", "volumeClaimTemplates").([]any) {
 				claims = append(claims, dig(vct, "metadata", "name").(string))
 			}
-			if !slices.Equal(claims, []string{"pool1", "pool2"}) {
-				t.Errorf("upload volume claims %v, want pool1 and pool2", claims)
+			if !slices.Equal(claims, []string{"pools", "staging"}) {
+				t.Errorf("upload volume claims %v, want pools and staging", claims)
 			}
 			for _, h := range byKind["HorizontalPodAutoscaler"] {
 				ref := dig(objs["HorizontalPodAutoscaler/"+h], "spec", "scaleTargetRef", "name")
