@@ -2,9 +2,56 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 )
 
+// cmdDownload downloads one variant of a media item to a file.
 func cmdDownload(ctx context.Context, m *Main, args []string) error {
-	return errors.New("download: not built yet")
+	fs, g := m.newFlags("download")
+	variant := fs.String("variant", "raw", "variant: thumb, medium, large, raw (photos); video, poster, raw (videos)")
+	out := fs.String("o", "", "output file (required; - for stdout)")
+	region := fs.String("region", "a", "the caller's region")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("need exactly one media ID")
+	}
+	if *out == "" {
+		return usagef("need -o FILE")
+	}
+	c, err := g.client(*region)
+	if err != nil {
+		return err
+	}
+	defer c.Router.Close()
+	if *out == "-" {
+		_, err := c.Download(ctx, pos[0], *variant, m.Stdout)
+		return err
+	}
+	// Write to a temporary file and rename, so a failed download leaves
+	// no partial output.
+	tmp, err := os.CreateTemp(filepath.Dir(*out), ".willow-download-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	head, err := c.Download(ctx, pos[0], *variant, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), *out); err != nil {
+		return err
+	}
+	if g.json {
+		fmt.Fprintf(m.Stdout, "{\"id\":%q,\"variant\":%q,\"bytes\":%d,\"content_type\":%q,\"etag\":%q,\"file\":%q}\n",
+			pos[0], *variant, head.GetSize(), head.GetContentType(), head.GetEtag(), *out)
+	}
+	return nil
 }

@@ -2,9 +2,154 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"willow/client"
+	"willow/cluster"
+	"willow/loadgen"
+	willowv1 "willow/proto/willow/v1"
+	"willow/token"
 )
 
+// cmdLoad runs a load profile: willow load run PROFILE --report DIR.
 func cmdLoad(ctx context.Context, m *Main, args []string) error {
-	return errors.New("load: not built yet")
+	if len(args) == 0 || args[0] != "run" {
+		return usagef("usage: willow load run PROFILE --report DIR (--master ADDR | --cluster FILE | --embedded) [--time-scale F] [--compare]")
+	}
+	fs, g := m.newFlags("load run")
+	report := fs.String("report", "", "report directory (required)")
+	embedded := fs.Bool("embedded", false, "run against a fresh one-box cluster started in process")
+	scale := fs.Float64("time-scale", 1, "multiply every phase duration and action time by F")
+	compare := fs.Bool("compare", false, "run twice, flex off and flex on, and compare")
+	region := fs.String("region", "a", "the load's client region")
+	maxOut := fs.Int("max-outstanding", loadgen.DefaultMaxOutstanding, "requests in flight before arrivals are dropped by the generator")
+	pos, err := parse(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *report == "" {
+		return usagef("need one PROFILE and --report DIR")
+	}
+	if *scale <= 0 {
+		return usagef("--time-scale must be > 0")
+	}
+	prof, err := loadgen.LoadProfile(pos[0])
+	if err != nil {
+		return err
+	}
+	prof = prof.Scaled(*scale)
+	if !*embedded {
+		if _, err := g.masterAddr(); err != nil {
+			return err
+		}
+	}
+	runOne := func(flexOff bool) (*loadgen.Report, error) {
+		mode := "flex-on"
+		if flexOff {
+			mode = "flex-off"
+		}
+		tgt, closeTgt, err := loadTarget(ctx, m, g, *embedded, filepath.Join(*report, "cluster-"+mode), *region)
+		if err != nil {
+			return nil, err
+		}
+		defer closeTgt()
+		fmt.Fprintf(m.Stderr, "willow load: %s (%s), %s\n", prof.Name, mode, prof.Total())
+		return loadgen.Run(ctx, loadgen.RunConfig{
+			Profile: prof, Target: tgt, FlexOff: flexOff, Mode: mode,
+			Progress: m.Stderr, TTY: isTerminal(m.Stderr), MaxOutstanding: *maxOut,
+		})
+	}
+	if *compare {
+		off, err := runOne(true)
+		if err != nil {
+			return err
+		}
+		on, err := runOne(false)
+		if err != nil {
+			return err
+		}
+		if err := loadgen.WriteComparison(*report, loadgen.Comparison{Off: off, On: on}); err != nil {
+			return err
+		}
+		fmt.Fprintf(m.Stdout, "{\"report\":%q,\"flex_off\":{\"goodput_per_s\":%.2f,\"lost\":%d},\"flex_on\":{\"goodput_per_s\":%.2f,\"lost\":%d}}\n",
+			filepath.Join(*report, "report.md"), off.Totals.GoodputPerS, off.Totals.Lost, on.Totals.GoodputPerS, on.Totals.Lost)
+		return lostError(off, on)
+	}
+	rep, err := runOne(false)
+	if err != nil {
+		return err
+	}
+	if err := rep.Write(*report); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "{\"report\":%q,\"goodput_per_s\":%.2f,\"uploads_ok\":%d,\"lost\":%d}\n",
+		filepath.Join(*report, "report.md"), rep.Totals.GoodputPerS, rep.Totals.Upload.Succeeded, rep.Totals.Lost)
+	return lostError(rep)
+}
+
+func lostError(reps ...*loadgen.Report) error {
+	for _, r := range reps {
+		if r.Totals.Lost > 0 {
+			return fmt.Errorf("%d acknowledged uploads lost in the %s run", r.Totals.Lost, r.Mode)
+		}
+	}
+	return nil
+}
+
+// loadTarget connects to the cluster named by the flags, or starts an
+// embedded one-box cluster in dir.
+func loadTarget(ctx context.Context, m *Main, g *globals, embedded bool, dir, region string) (loadgen.Target, func(), error) {
+	masterAddr, oncall, secret := "", "", ""
+	closeFn := func() {}
+	if embedded {
+		logf, err := openLog(dir)
+		if err != nil {
+			return loadgen.Target{}, nil, err
+		}
+		c, err := cluster.Start(ctx, cluster.Config{Dir: dir, Logger: slog.New(slog.NewJSONHandler(logf, nil))})
+		if err != nil {
+			logf.Close()
+			return loadgen.Target{}, nil, err
+		}
+		closeFn = func() { c.Close(); logf.Close() }
+		masterAddr, oncall, secret = c.File.Master, c.File.OncallToken, c.File.UploadSecret
+	} else {
+		var err error
+		if masterAddr, err = g.masterAddr(); err != nil {
+			return loadgen.Target{}, nil, err
+		}
+		oncall, secret = g.oncallToken(), g.uploadSecret()
+		if secret == "" {
+			return loadgen.Target{}, nil, usagef("uploads need the cluster's upload secret: --cluster FILE or WILLOW_UPLOAD_SECRET")
+		}
+	}
+	router, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: region})
+	if err != nil {
+		closeFn()
+		return loadgen.Target{}, nil, err
+	}
+	mconn, err := router.Conn(masterAddr)
+	if err != nil {
+		closeFn()
+		return loadgen.Target{}, nil, err
+	}
+	cl := &client.Client{Router: router, CallTimeout: time.Minute, Token: func(u, b string) (string, error) {
+		return token.Sign([]byte(secret), u, b, time.Now().Add(time.Hour))
+	}}
+	tgt := loadgen.Target{Client: cl, Master: willowv1.NewMasterClient(mconn), OncallToken: oncall, Conn: router.Conn}
+	return tgt, func() { router.Close(); closeFn() }, nil
+}
+
+// isTerminal reports whether w is a terminal (character device).
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -1,0 +1,359 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"willow/buffer"
+	"willow/client"
+	"willow/compress"
+	"willow/edgecache"
+	"willow/master"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+	"willow/shedding"
+	"willow/store"
+	"willow/store/fs"
+	"willow/timeline"
+	"willow/upload"
+)
+
+// Config configures a one-box cluster. Zero values mean the default.
+type Config struct {
+	// Dir holds everything: the directory store, buffer pools, staging,
+	// Redis data, cluster.json. Required.
+	Dir string
+	// RedisURL, when set, uses that Redis instead of starting redis-server.
+	RedisURL string
+	// Regions; default a and b.
+	Regions []string
+	// OncallToken and UploadSecret; default: kept from an existing
+	// DIR/cluster.json, else random.
+	OncallToken  string
+	UploadSecret string
+	// Store, when set, replaces the directory store (tests use S3).
+	Store store.Store
+	// HeartbeatInterval for every node; default node.DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Cluster is a running one-box cluster.
+type Cluster struct {
+	File   File
+	Master *master.Server
+	Redis  redis.UniversalClient
+
+	cfg     Config
+	redisP  *RedisProc
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	errMu   sync.Mutex // guards err
+	err     error
+	closers []func()
+	nodes   []*node.Node
+}
+
+// Nodes returns every node of the cluster.
+func (c *Cluster) Nodes() []*node.Node { return c.nodes }
+
+// Start starts the cluster and returns once every node serves and has
+// registered with the master. Stop it with Close.
+func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("cluster: Dir is required")
+	}
+	if len(cfg.Regions) == 0 {
+		cfg.Regions = []string{"a", "b"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if old, err := LoadFile(filepath.Join(cfg.Dir, "cluster.json")); err == nil {
+		if cfg.OncallToken == "" {
+			cfg.OncallToken = old.OncallToken
+		}
+		if cfg.UploadSecret == "" {
+			cfg.UploadSecret = old.UploadSecret
+		}
+	}
+	if cfg.OncallToken == "" {
+		cfg.OncallToken = randomHex(16)
+	}
+	if cfg.UploadSecret == "" {
+		cfg.UploadSecret = randomHex(32)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c = &Cluster{cfg: cfg, runCtx: runCtx, cancel: cancel}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+
+	// Redis.
+	redisURL := cfg.RedisURL
+	if redisURL == "" {
+		c.redisP, err = StartRedis(ctx, filepath.Join(cfg.Dir, "redis"))
+		if err != nil {
+			return nil, err
+		}
+		redisURL = c.redisP.URL
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: redis url: %w", err)
+	}
+	rdb := redis.NewClient(opt)
+	c.Redis = rdb
+	c.closers = append(c.closers, func() { rdb.Close() })
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("cluster: redis %s: %w", redisURL, err)
+	}
+
+	// Store.
+	st := cfg.Store
+	if st == nil {
+		if st, err = fs.New(filepath.Join(cfg.Dir, "store")); err != nil {
+			return nil, err
+		}
+	}
+
+	// Master.
+	mn, err := c.newNode("master-1", "master", "", "")
+	if err != nil {
+		return nil, err
+	}
+	ms, err := master.New(master.Config{OncallToken: cfg.OncallToken}, master.Deps{Node: mn, Redis: rdb})
+	if err != nil {
+		return nil, err
+	}
+	c.Master = ms
+	c.run(mn.Run)
+	c.run(ms.Run)
+	consoleL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	console := &http.Server{Handler: ms.ConsoleHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = console.Serve(consoleL) }()
+	c.closers = append(c.closers, func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = console.Shutdown(sctx)
+	})
+	masterAddr := mn.Addr()
+	c.File = File{
+		Master: masterAddr, Console: "http://" + consoleL.Addr().String() + "/console",
+		Redis: redisURL, OncallToken: cfg.OncallToken, UploadSecret: cfg.UploadSecret,
+		Regions: map[string]Region{},
+	}
+
+	// Regions.
+	for _, region := range cfg.Regions {
+		var reg Region
+		router, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: region})
+		if err != nil {
+			return nil, err
+		}
+		c.closers = append(c.closers, func() { router.Close() })
+
+		cn, err := c.newNode("compress-"+region+"-1", "compress", region, masterAddr)
+		if err != nil {
+			return nil, err
+		}
+		cs, err := compress.New(compress.Config{TempDir: filepath.Join(cfg.Dir, "tmp")}, compress.Deps{Node: cn, Store: st})
+		if err != nil {
+			return nil, err
+		}
+		c.run(cn.Run)
+		c.run(cs.Run)
+		reg.Compress = cn.Addr()
+
+		un, err := c.newNode("upload-"+region+"-1", "upload", region, masterAddr)
+		if err != nil {
+			return nil, err
+		}
+		pools := filepath.Join(cfg.Dir, "pools", un.Config().ID)
+		p1, err := buffer.Open(filepath.Join(pools, "pool1"), buffer.Options{Name: "pool1", Registerer: un.Registry()})
+		if err != nil {
+			return nil, err
+		}
+		p2, err := buffer.Open(filepath.Join(pools, "pool2"), buffer.Options{Name: "pool2", Registerer: un.Registry()})
+		if err != nil {
+			return nil, err
+		}
+		c.closers = append(c.closers, func() { p1.Close(); p2.Close() })
+		us, err := upload.New(upload.Config{
+			Secret:     []byte(cfg.UploadSecret),
+			StagingDir: filepath.Join(cfg.Dir, "staging", un.Config().ID),
+		}, upload.Deps{Node: un, Store: st, Redis: rdb, Router: router, Pool1: p1, Pool2: p2})
+		if err != nil {
+			return nil, err
+		}
+		c.run(un.Run)
+		c.run(us.Run)
+		reg.Upload = un.Addr()
+
+		en, err := c.newNode("edgecache-"+region+"-1", "edgecache", region, masterAddr)
+		if err != nil {
+			return nil, err
+		}
+		es, err := edgecache.New(edgecache.Config{}, edgecache.Deps{Node: en, Store: st, Router: router})
+		if err != nil {
+			return nil, err
+		}
+		c.run(en.Run)
+		c.run(es.Run)
+		reg.EdgecacheGRPC = en.Addr()
+		reg.EdgecacheHTTP = es.HTTPAddr()
+		c.File.Regions[region] = reg
+	}
+
+	// Timeline.
+	var ts *timeline.Server
+	tn, err := c.newNode("timeline-"+cfg.Regions[0]+"-1", "timeline", cfg.Regions[0], masterAddr, func() map[string]float64 {
+		if ts == nil {
+			return nil
+		}
+		return ts.Gauges()
+	})
+	if err != nil {
+		return nil, err
+	}
+	ts, err = timeline.New(timeline.Config{}, timeline.Deps{Node: tn, Redis: rdb})
+	if err != nil {
+		return nil, err
+	}
+	c.run(tn.Run)
+	c.run(ts.Run)
+	c.File.Timeline = tn.Addr()
+
+	if err := c.File.Save(filepath.Join(cfg.Dir, "cluster.json")); err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx, masterAddr); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// newNode builds a node with the shared shedding interceptors installed.
+func (c *Cluster) newNode(id, role, region, masterAddr string, gauges ...func() map[string]float64) (*node.Node, error) {
+	cfg := node.Config{
+		ID: id, Role: role, Region: region, MasterAddr: masterAddr,
+		HeartbeatInterval: c.cfg.HeartbeatInterval,
+		Logger:            c.cfg.Logger,
+	}
+	if len(gauges) > 0 {
+		cfg.Gauges = gauges[0]
+	}
+	if role != "master" {
+		sc := shedding.ServiceConfig()
+		cfg.Shed = &sc
+	}
+	n, err := node.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.nodes = append(c.nodes, n)
+	return n, nil
+}
+
+// run starts f in the background until Close.
+func (c *Cluster) run(f func(context.Context) error) {
+	ctx := c.runCtx
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := f(ctx); err != nil {
+			c.errMu.Lock()
+			if c.err == nil {
+				c.err = err
+			}
+			c.errMu.Unlock()
+		}
+	}()
+}
+
+// waitReady waits until the master lists every node as healthy.
+func (c *Cluster) waitReady(ctx context.Context, masterAddr string) error {
+	conn, err := node.Dial(masterAddr, nil)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	mc := willowv1.NewMasterClient(conn)
+	want := len(c.nodes) - 1 // all but the master
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := mc.ListNodes(cctx, &willowv1.ListNodesRequest{})
+		cancel()
+		if err == nil {
+			healthy := 0
+			for _, ns := range resp.GetNodes() {
+				if ns.GetState() == "healthy" {
+					healthy++
+				}
+			}
+			if healthy >= want {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster: nodes not all healthy after 30s (last: %v)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Err returns the first error a component stopped with, if any.
+func (c *Cluster) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.err
+}
+
+// Close stops every node (gracefully), the Redis child and closes files.
+func (c *Cluster) Close() {
+	c.cancel()
+	c.wg.Wait()
+	for i := len(c.closers) - 1; i >= 0; i-- {
+		c.closers[i]()
+	}
+	c.closers = nil
+	if c.redisP != nil {
+		c.redisP.Stop()
+		c.redisP = nil
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
