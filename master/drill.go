@@ -51,8 +51,12 @@ func (s *Server) loadDrills(ctx context.Context) ([]*willowv1.Drill, error) {
 	return out, nil
 }
 
-// drillsFor returns the unexpired drills for the node with id or addr.
-// The flex owner's Watch may send them too.
+// drillID names the drill of kind on node id; a node has at most one
+// drill of each kind.
+func drillID(id, kind string) string { return id + "-" + kind }
+
+// drillsFor returns the unexpired drills for the node with id or addr
+// (either may be empty). Heartbeat responses and Watch events carry them.
 func (s *Server) drillsFor(id, addr string, now time.Time) []*willowv1.Drill {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -61,7 +65,7 @@ func (s *Server) drillsFor(id, addr string, now time.Time) []*willowv1.Drill {
 		if d.GetExpiresAtUnixMs() <= now.UnixMilli() {
 			continue
 		}
-		if t := d.GetNodeAddr(); t == addr || t == id {
+		if d.GetNodeAddr() == addr || d.GetId() == drillID(id, d.GetKind()) {
 			out = append(out, d)
 		}
 	}
@@ -149,7 +153,7 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 	}
 	d.NodeAddr = target.info.GetAddr()
 	d.ExpiresAtUnixMs = now.Add(dur).UnixMilli()
-	d.Id = fmt.Sprintf("%s-%s", target.info.GetId(), d.GetKind())
+	d.Id = drillID(target.info.GetId(), d.GetKind())
 	b, err := proto.Marshal(d)
 	if err != nil {
 		return nil, fmt.Errorf("master: encode drill: %w", err)
