@@ -54,6 +54,11 @@ type Config struct {
 	// CompressTimeout bounds one compress call; default
 	// DefaultCompressTimeout.
 	CompressTimeout time.Duration
+	// CommitWait is how long Commit waits for the first compress attempt,
+	// so its reply can list the variants; the acknowledgement never
+	// depends on it (the job is journaled first). Default CompressTimeout;
+	// negative: do not wait (compress runs in the background).
+	CommitWait time.Duration
 	// StoreTimeout bounds one store or pool write; default
 	// DefaultStoreTimeout.
 	StoreTimeout time.Duration
@@ -132,6 +137,9 @@ func (c *Config) setDefaults() error {
 	def(&c.SyncEvery, DefaultSyncEvery)
 	defD(&c.CompressTimeout, DefaultCompressTimeout)
 	defD(&c.StoreTimeout, DefaultStoreTimeout)
+	if c.CommitWait == 0 {
+		c.CommitWait = c.CompressTimeout
+	}
 	defD(&c.StagingTTL, DefaultStagingTTL)
 	defD(&c.CommittedTTL, DefaultCommittedTTL)
 	defD(&c.RetryMin, DefaultRetryMin)

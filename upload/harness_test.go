@@ -38,12 +38,18 @@ type fakeCompress struct {
 	st    store.Store
 	fail  atomic.Pointer[error]
 	calls atomic.Int64
+	// instant answers without reading the raw or writing variants
+	// (benchmarks measure the upload path, not compress).
+	instant bool
 }
 
 func (f *fakeCompress) Compress(ctx context.Context, req *willowv1.CompressRequest) (*willowv1.CompressResponse, error) {
 	f.calls.Add(1)
 	if p := f.fail.Load(); p != nil && *p != nil {
 		return nil, *p
+	}
+	if f.instant {
+		return &willowv1.CompressResponse{Variants: []*willowv1.Variant{{Name: "thumb", Bytes: 1}}}, nil
 	}
 	raw := req.GetData()
 	if req.GetSourceKey() != "" {
@@ -112,7 +118,7 @@ func (f *flakyStore) Stat(ctx context.Context, key string) (store.Info, error) {
 }
 
 type front struct {
-	t        *testing.T
+	t        testing.TB
 	node     *node.Node
 	srv      *upload.Server
 	store    *flakyStore
@@ -131,45 +137,49 @@ type frontOpts struct {
 	staging string
 	pools   bool
 	cfg     upload.Config
+	instant bool // instant fake compress
 }
 
-func newFront(t *testing.T, o frontOpts) *front {
-	t.Helper()
+func newFront(t *testing.T, o frontOpts) *front { return newFrontB(t, o) }
+
+// newFrontB builds a front for a test or a benchmark.
+func newFrontB(tb testing.TB, o frontOpts) *front {
+	tb.Helper()
 	if o.store == nil {
-		st, err := fs.New(t.TempDir())
+		st, err := fs.New(tb.TempDir())
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		o.store = st
 	}
 	if o.staging == "" {
-		o.staging = t.TempDir()
+		o.staging = tb.TempDir()
 	}
-	f := &front{t: t, store: &flakyStore{Store: o.store}}
-	f.compress = &fakeCompress{st: o.store}
+	f := &front{t: tb, store: &flakyStore{Store: o.store}}
+	f.compress = &fakeCompress{st: o.store, instant: o.instant}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	cn, err := node.New(node.Config{ID: "compress-a-1", Role: "compress", Region: "a", Logger: quiet})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	willowv1.RegisterCompressServer(cn.Server(), f.compress)
 	un, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", Logger: quiet})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	f.node = un
 	if o.pools {
-		dir := t.TempDir()
+		dir := tb.TempDir()
 		if f.pool1, err = buffer.Open(filepath.Join(dir, "p1"), buffer.Options{Name: "pool1", Registerer: un.Registry()}); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		if f.pool2, err = buffer.Open(filepath.Join(dir, "p2"), buffer.Options{Name: "pool2", Registerer: un.Registry()}); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	cconn, err := node.Dial(cn.Addr(), nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	cfg := o.cfg
 	cfg.Secret = secret
@@ -189,7 +199,7 @@ func newFront(t *testing.T, o frontOpts) *front {
 		WouldShed: func(context.Context) bool { return f.shed.Load() },
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
@@ -199,10 +209,10 @@ func newFront(t *testing.T, o frontOpts) *front {
 	}
 	conn, err := node.Dial(un.Addr(), nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	f.client = willowv1.NewUploadClient(conn)
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		f.done.Wait()
 		conn.Close()
@@ -228,7 +238,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func tok(t *testing.T, user, business string) string {
+func tok(t testing.TB, user, business string) string {
 	s, err := token.Sign(secret, user, business, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)

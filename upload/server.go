@@ -573,9 +573,30 @@ func (s *Server) Commit(ctx context.Context, req *willowv1.CommitRequest) (*will
 	if loc != LocationPool1 {
 		unlock()
 		unlock = func() {}
-		// First compress attempt right away; the journal retries it.
-		if done, err := s.runJob(ctx, job{Key: key, MediaID: rec.ID, Business: rec.Business}); err == nil && done != nil {
-			resp.Variants = done.variantsProto()
+		// First compress attempt right away, detached from the caller; the
+		// journal retries it when it fails.
+		j := job{Key: key, MediaID: rec.ID, Business: rec.Business}
+		done := make(chan *Record, 1)
+		go func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CompressTimeout)
+			defer cancel()
+			r, err := s.runJob(cctx, j)
+			if err != nil {
+				r = nil
+			}
+			done <- r
+		}()
+		if s.cfg.CommitWait > 0 {
+			t := time.NewTimer(s.cfg.CommitWait)
+			defer t.Stop()
+			select {
+			case r := <-done:
+				if r != nil {
+					resp.Variants = r.variantsProto()
+				}
+			case <-t.C:
+			case <-ctx.Done():
+			}
 		}
 	}
 	return resp, nil
