@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -25,11 +26,14 @@ type Prober interface {
 // grpcProber probes with the standard gRPC health Check over one cached
 // connection per address.
 type grpcProber struct {
+	tls   *tls.Config
 	mu    sync.Mutex // guards conns
 	conns map[string]*grpc.ClientConn
 }
 
-func newGRPCProber() *grpcProber { return &grpcProber{conns: map[string]*grpc.ClientConn{}} }
+func newGRPCProber(tlsCfg *tls.Config) *grpcProber {
+	return &grpcProber{tls: tlsCfg, conns: map[string]*grpc.ClientConn{}}
+}
 
 func (p *grpcProber) conn(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
@@ -37,7 +41,7 @@ func (p *grpcProber) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := node.Dial(addr, nil)
+	c, err := node.Dial(addr, p.tls)
 	if err != nil {
 		return nil, err
 	}

@@ -159,7 +159,7 @@ type Deps struct {
 	// Logger; default the node's.
 	Logger *slog.Logger
 	// Prober health-checks a node's gRPC address; default a gRPC health
-	// Check over a cached connection.
+	// Check over a cached connection, with the Node's ClientTLS.
 	Prober Prober
 }
 
@@ -205,7 +205,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.log = deps.Node.Logger()
 	}
 	if s.prober == nil {
-		s.prober = newGRPCProber()
+		s.prober = newGRPCProber(deps.Node.Config().ClientTLS)
 	}
 	s.met = newMetrics(deps.Node.Registry())
 	if err := s.initFlex(); err != nil {
