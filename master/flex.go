@@ -36,6 +36,9 @@ const (
 	defaultHistory = 50
 	// redisTimeout bounds every Redis call of the flex code.
 	redisTimeout = 2 * time.Second
+	// getFlexReadTimeout bounds GetFlex's read-through; past it the local
+	// copy is served.
+	getFlexReadTimeout = 300 * time.Millisecond
 	// casAttempts bounds retries when another master commits concurrently.
 	casAttempts = 10
 )
@@ -119,7 +122,7 @@ func (s *Server) initFlex() error {
 	s.changed = make(chan struct{})
 	s.flexChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "willow_master_flex_changes_total",
-		Help: "Flex change attempts by action and result (accepted, denied, invalid, conflict).",
+		Help: "Flex change attempts by action and result (accepted, denied, invalid, or the failure reason).",
 	}, []string{"action", "result"})
 	s.flexVersion = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "willow_master_flex_version", Help: "Version of the flex document this master holds.",
@@ -186,6 +189,7 @@ func (s *Server) runFlex(ctx context.Context) {
 	defer reload.Stop()
 	expiry := time.NewTicker(flexExpiryTick)
 	defer expiry.Stop()
+	var lastLog time.Time // while Redis is down, log once per reload interval
 	for {
 		var err error
 		select {
@@ -198,8 +202,9 @@ func (s *Server) runFlex(ctx context.Context) {
 		case <-expiry.C:
 			err = s.expireDue(ctx)
 		}
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("flex: background", "err", err)
+		if err != nil && ctx.Err() == nil && time.Since(lastLog) >= FlexReloadInterval {
+			lastLog = time.Now()
+			s.log.Warn("flex: background (nodes keep the last state)", "err", err)
 		}
 	}
 }
@@ -448,7 +453,9 @@ func actorOf(ctx context.Context, actor string) string {
 // includes changes made through other masters a moment ago; when Redis
 // does not answer it returns the state this master holds.
 func (s *Server) GetFlex(ctx context.Context, _ *willowv1.GetFlexRequest) (*willowv1.FlexState, error) {
-	if err := s.reloadFlexTimeout(ctx); err != nil {
+	rctx, cancel := context.WithTimeout(ctx, getFlexReadTimeout)
+	defer cancel()
+	if err := s.reloadFlex(rctx); err != nil {
 		s.log.Warn("flex: GetFlex serves the local copy", "err", err)
 	}
 	return proto.Clone(s.flexSnapshot()).(*willowv1.FlexState), nil
@@ -539,7 +546,12 @@ func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*wi
 	prev, next, err := s.commit(ctx, mut)
 	if err != nil {
 		err = flexStatus(err)
-		s.flexChanges.WithLabelValues(action, "conflict").Inc()
+		s.flexChanges.WithLabelValues(action, rpcstatus.Reason(err)).Inc()
+		if rpcstatus.Reason(err) == "redis" {
+			// The audit log lives in Redis too: log only.
+			s.log.Warn("flex change failed", "action", action, "actor", actor, "err", err)
+			return nil, err
+		}
 		cur, _, _ := s.current()
 		s.audit(&willowv1.AuditEntry{Actor: actor, Action: action, Scope: req.GetScope(), Reason: req.GetReason(),
 			FromVersion: cur.Version, ToVersion: cur.Version, To: describeRequest(req), Error: rpcstatus.Line(err)})
@@ -667,6 +679,10 @@ func (s *Server) RollbackFlex(ctx context.Context, req *willowv1.RollbackFlexReq
 	})
 	if err != nil {
 		err = flexStatus(err)
+		if rpcstatus.Reason(err) == "redis" {
+			s.log.Warn("flex rollback failed", "actor", actor, "err", err)
+			return nil, err
+		}
 		cur, _, _ := s.current()
 		s.audit(&willowv1.AuditEntry{Actor: actor, Action: "rollback", Reason: req.GetReason(),
 			FromVersion: cur.Version, ToVersion: cur.Version, Error: rpcstatus.Line(err)})
@@ -701,10 +717,14 @@ func (s *Server) FlexHistory(ctx context.Context, req *willowv1.FlexHistoryReque
 }
 
 // Watch streams the flex state: the current state first, then every new
-// version, until the client goes away.
+// version, until the client goes away. Each event also carries the node's
+// active drills, when it has any (heartbeats carry them too).
 func (s *Server) Watch(req *willowv1.WatchRequest, stream grpc.ServerStreamingServer[willowv1.WatchEvent]) error {
 	_, st, ch := s.current()
-	if err := stream.Send(&willowv1.WatchEvent{Flex: st}); err != nil {
+	event := func(st *willowv1.FlexState) *willowv1.WatchEvent {
+		return &willowv1.WatchEvent{Flex: st, Drills: s.drillsFor(req.GetNodeId(), "", s.now())}
+	}
+	if err := stream.Send(event(st)); err != nil {
 		return err
 	}
 	sent := st.GetVersion()
@@ -718,7 +738,7 @@ func (s *Server) Watch(req *willowv1.WatchRequest, stream grpc.ServerStreamingSe
 		if st.GetVersion() == sent {
 			continue
 		}
-		if err := stream.Send(&willowv1.WatchEvent{Flex: st}); err != nil {
+		if err := stream.Send(event(st)); err != nil {
 			return err
 		}
 		sent = st.GetVersion()

@@ -454,3 +454,41 @@ func TestWatchZstd(t *testing.T) {
 		t.Fatalf("event %v %v", ev, err)
 	}
 }
+
+// TestFlexRedisDown: without Redis the master keeps serving the last state
+// to readers and watchers and refuses changes with UNAVAILABLE, quickly.
+func TestFlexRedisDown(t *testing.T) {
+	r := testenv.StartRedis(t)
+	m := startMaster(t, r.Client(t), "master-1")
+	set(t, m.client, &willowv1.SetFlexRequest{Level: "blue"})
+	stream, err := m.client.Watch(ctxT(t), &willowv1.WatchRequest{NodeId: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := stream.Recv(); err != nil || ev.GetFlex().GetLevel() != "blue" {
+		t.Fatalf("first event %v %v", ev, err)
+	}
+	r.Kill()
+	start := time.Now()
+	st, err := m.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
+	if err != nil || st.GetLevel() != "blue" {
+		t.Fatalf("GetFlex with Redis down = %v %v", st, err)
+	}
+	t.Logf("GetFlex with Redis down: %v", time.Since(start))
+	_, err = m.client.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Token: token, Reason: "x", Level: "red"})
+	if status.Code(err) != codes.Unavailable || rpcstatus.Reason(err) != "redis" {
+		t.Fatalf("SetFlex with Redis down = %v", err)
+	}
+	t.Logf("GetFlex+SetFlex with Redis down: %v", time.Since(start))
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("calls with Redis down took %v", d)
+	}
+	// A new watcher still gets the last state.
+	stream, err = m.client.Watch(ctxT(t), &willowv1.WatchRequest{NodeId: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := stream.Recv(); err != nil || ev.GetFlex().GetLevel() != "blue" {
+		t.Fatalf("watch with Redis down: %v %v", ev, err)
+	}
+}
