@@ -61,16 +61,18 @@ func TestHelperAppender(t *testing.T) {
 			os.Exit(3)
 		}
 		fmt.Fprintf(os.Stdout, "A %s\n", key)
-		if i%4 == 3 {
-			old, _ := crashBlob(round, i-2)
-			fmt.Fprintf(os.Stdout, "d %s\n", old) // intent: the delete may land unacknowledged
-			if err := p.Delete(old); err != nil {
-				fmt.Fprintln(os.Stderr, "delete:", err)
-				os.Exit(3)
+		if i%4 == 3 { // keep one in four, so Compact has sparse segments to rewrite
+			for j := i - 2; j <= i; j++ {
+				old, _ := crashBlob(round, j)
+				fmt.Fprintf(os.Stdout, "d %s\n", old) // intent: the delete may land unacknowledged
+				if err := p.Delete(old); err != nil {
+					fmt.Fprintln(os.Stderr, "delete:", err)
+					os.Exit(3)
+				}
+				fmt.Fprintf(os.Stdout, "D %s\n", old)
 			}
-			fmt.Fprintf(os.Stdout, "D %s\n", old)
 		}
-		if i%25 == 24 {
+		if i%12 == 11 {
 			if err := p.Compact(ctx); err != nil {
 				fmt.Fprintln(os.Stderr, "compact:", err)
 				os.Exit(3)

@@ -83,17 +83,29 @@
 //
 // # Deletes and compaction
 //
-// Delete appends a tombstone record. Compact removes, oldest first, every
-// segment with no live blob whose tombstones no longer shadow a record in an
-// older segment still on disk, fsyncing the directory after each removal so
-// a crash midway never resurrects a deleted blob. Partly live segments are
-// not rewritten: a buffer pool is drained roughly in append order, so its
-// segments empty out front to back. Readers keep reading a removed segment
-// through their open file until they Close.
+// Delete appends a tombstone record. Compact works oldest segment first:
+//
+//   - A sealed segment whose live blobs fill less than half of it has them
+//     copied to the active segment: the same header (AppendedAt included),
+//     the blob re-verified against its CRC on the way, every destination
+//     fsynced whatever the policy, then the index switched to the copies. A
+//     blob that fails its CRC is not copied and its segment stays.
+//   - A segment with no live blob is removed once its tombstones no longer
+//     shadow a record in an older segment still on disk, and the directory
+//     is fsynced after each removal.
+//
+// Replay lets the later copy of a key win and, like the running pool,
+// remembers the older segments that still hold superseded copies: a
+// tombstone for the key keeps its segment alive until all of them are gone,
+// so no crash at any point of a compaction brings a deleted blob back or
+// loses a live one. List stays in AppendedAt order across moves and
+// restarts. Readers keep reading a removed segment through their open file
+// until they Close.
 //
 // # Concurrency
 //
 // Append, Delete and Compact are serialized per pool (Append holds the lock
-// while it reads its reader, so pass a local source). Get, Stat, List and
-// Stats run concurrently with them using positioned reads.
+// while it reads its reader, so pass a local source; Compact holds it while
+// it copies a segment's live blobs). Get, Stat, List and Stats run
+// concurrently with them using positioned reads.
 package buffer

@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"bytes"
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -139,12 +140,17 @@ type record struct {
 	key        string
 	meta       []byte
 	seg        *segment
+	off        int64 // record start
 	dataOff    int64
 	size       int64
 	recLen     int64
 	crc        uint32
 	appendedAt int64
 	elem       *list.Element
+	// stale lists older segments that still hold superseded copies of
+	// this key (left by Compact moving it); a tombstone for the key must
+	// outlive them all.
+	stale []uint64
 }
 
 func (r *record) entry() Entry {
@@ -157,8 +163,10 @@ type segment struct {
 	f       *os.File
 	size    int64               // end of the last valid record; guarded by Pool.mu
 	live    int                 // live records in this segment; guarded by Pool.mu
+	liveLen int64               // on-disk bytes of those records; guarded by Pool.mu
 	targets map[uint64]struct{} // segments whose records this one's tombstones delete; guarded by Pool.mu
 	refs    atomic.Int64        // the pool's reference plus open readers
+	pinned  bool                // Compact could not empty it; guarded by Pool.wmu
 }
 
 func (s *segment) release() {
@@ -251,6 +259,19 @@ func (p *Pool) recover() error {
 	if len(p.segs) > 0 {
 		p.active = p.segs[len(p.segs)-1]
 	}
+	// Records Compact moved replay in their new place; List is by age.
+	recs := make([]*record, 0, p.order.Len())
+	for e := p.order.Front(); e != nil; e = e.Next() {
+		recs = append(recs, e.Value.(*record))
+	}
+	byAge := func(a, b *record) int { return cmp.Compare(a.appendedAt, b.appendedAt) }
+	if !slices.IsSortedFunc(recs, byAge) {
+		slices.SortStableFunc(recs, byAge)
+		p.order.Init()
+		for _, r := range recs {
+			r.elem = p.order.PushBack(r)
+		}
+	}
 	if p.nextID == 0 {
 		p.nextID = 1
 	}
@@ -306,7 +327,7 @@ func (p *Pool) load(id uint64, newest bool) error {
 		end := kmEnd + int64(h.blobLen)
 		key := string(km[:h.keyLen])
 		rec := &record{
-			key: key, seg: seg, dataOff: kmEnd, size: int64(h.blobLen),
+			key: key, seg: seg, off: off, dataOff: kmEnd, size: int64(h.blobLen),
 			recLen: end - off, crc: h.blobCRC, appendedAt: h.appendedAt,
 		}
 		if h.metaLen > 0 {
@@ -364,11 +385,19 @@ func verifyBlob(f *os.File, off, size int64, want uint32, buf []byte) (bool, err
 // own p exclusively during recovery).
 func (p *Pool) applyPut(rec *record) {
 	if old, ok := p.index[rec.key]; ok {
+		// Only replay sees a second put of a live key: a copy Compact
+		// made, superseding the one in old.seg.
+		rec.stale = append(slices.Clone(old.stale), old.seg.id)
 		p.unlink(old)
 	}
 	rec.elem = p.order.PushBack(rec)
+	p.link(rec)
+}
+
+func (p *Pool) link(rec *record) {
 	p.index[rec.key] = rec
 	rec.seg.live++
+	rec.seg.liveLen += rec.recLen
 	p.live += rec.size
 	p.liveRecs += rec.recLen
 }
@@ -379,16 +408,23 @@ func (p *Pool) applyTombstone(seg *segment, key string) {
 	if !ok {
 		return
 	}
-	if old.seg != seg {
-		seg.targets[old.seg.id] = struct{}{}
+	for _, id := range append(old.stale, old.seg.id) {
+		if id != seg.id {
+			seg.targets[id] = struct{}{}
+		}
 	}
 	p.unlink(old)
 }
 
 func (p *Pool) unlink(r *record) {
-	delete(p.index, r.key)
 	p.order.Remove(r.elem)
+	p.unindex(r)
+}
+
+func (p *Pool) unindex(r *record) {
+	delete(p.index, r.key)
 	r.seg.live--
+	r.seg.liveLen -= r.recLen
 	p.live -= r.size
 	p.liveRecs -= r.recLen
 }
@@ -539,7 +575,7 @@ func (p *Pool) append(ctx context.Context, key string, meta []byte, r io.Reader,
 		}
 	}
 	rec := &record{
-		key: key, meta: slices.Clone(meta), seg: seg, dataOff: dataOff, size: size,
+		key: key, meta: slices.Clone(meta), seg: seg, off: off, dataOff: dataOff, size: size,
 		recLen: n, crc: h.blobCRC, appendedAt: h.appendedAt,
 	}
 	if len(meta) == 0 {
@@ -752,12 +788,16 @@ func (p *Pool) Stats() Stats {
 	return s
 }
 
-// Compact removes every segment file that holds no live blob and whose
-// tombstones no longer shadow a record in an older segment, oldest first,
-// syncing the directory after each removal so a crash midway never brings a
-// deleted blob back. It does not rewrite partly live segments: a pool that
-// is drained (the normal life of a buffer) frees its files segment by
-// segment. Readers holding a removed segment's blob keep reading it.
+// Compact gives disk space back. Oldest first, it removes every segment
+// file that holds no live blob and whose tombstones no longer shadow a
+// record in an older segment still on disk, syncing the directory after each
+// removal so a crash midway never brings a deleted blob back. A sealed
+// segment whose live records fill less than half of it has them copied
+// (checksums verified, header and AppendedAt unchanged, fsynced whatever the
+// policy) to the active segment first, then is removed the same way; a
+// blob that fails its checksum is not copied and keeps its segment. Appends
+// and deletes wait while Compact runs; readers, including ones holding a
+// removed segment's blob, keep reading.
 func (p *Pool) Compact(ctx context.Context) error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
@@ -768,25 +808,159 @@ func (p *Pool) Compact(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("buffer %s: compact: %w", p.opts.Name, err)
 		}
-		seg := p.nextDead()
+		if seg := p.nextDead(); seg != nil {
+			if err := p.remove(seg); err != nil {
+				return fmt.Errorf("buffer %s: compact: %w", p.opts.Name, err)
+			}
+			continue
+		}
+		seg := p.nextSparse()
 		if seg == nil {
 			return nil
 		}
-		if err := os.Remove(seg.path); err != nil {
+		if err := p.move(ctx, seg); err != nil {
 			return fmt.Errorf("buffer %s: compact: %w", p.opts.Name, err)
 		}
-		if err := syncDir(p.dir); err != nil {
-			return fmt.Errorf("buffer %s: compact: %w", p.opts.Name, err)
-		}
-		p.mu.Lock()
-		p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s == seg })
-		p.segBytes -= seg.size
-		p.mu.Unlock()
-		if seg == p.active {
-			p.active = nil
-		}
-		seg.release()
 	}
+}
+
+// compactRewriteBelow is the live fraction of a sealed segment under which
+// Compact moves its live records out so it can be removed.
+const compactRewriteBelow = 0.5
+
+func (p *Pool) remove(seg *segment) error {
+	if err := os.Remove(seg.path); err != nil {
+		return err
+	}
+	if err := syncDir(p.dir); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s == seg })
+	p.segBytes -= seg.size
+	p.mu.Unlock()
+	if seg == p.active {
+		p.active = nil
+	}
+	seg.release()
+	return nil
+}
+
+// nextSparse returns the oldest sealed segment worth emptying, or nil.
+func (p *Pool) nextSparse() *segment {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for _, s := range p.segs {
+		if s != p.active && !s.pinned && s.live > 0 && float64(s.liveLen) < compactRewriteBelow*float64(s.size) {
+			return s
+		}
+	}
+	return nil
+}
+
+// move copies seg's live records to the active segment and points the index
+// at the copies. Callers hold p.wmu, so nothing else changes the index
+// meanwhile. Copies written are always indexed, even when a later one
+// fails: replay would prefer them anyway, and the index must know the old
+// segment holds a stale copy so a later tombstone outlives it.
+func (p *Pool) move(ctx context.Context, seg *segment) error {
+	p.mu.RLock()
+	var recs []*record
+	for e := p.order.Front(); e != nil; e = e.Next() {
+		if r := e.Value.(*record); r.seg == seg {
+			recs = append(recs, r)
+		}
+	}
+	p.mu.RUnlock()
+	type moved struct{ old, new *record }
+	var (
+		done    []moved
+		touched []*segment
+		err     error
+	)
+	for _, r := range recs {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		if err = p.broken; err != nil {
+			break
+		}
+		var nr *record
+		if nr, err = p.copyRecord(r); err != nil {
+			break
+		}
+		if nr == nil { // corrupt: stays where it is
+			seg.pinned = true
+			continue
+		}
+		done = append(done, moved{r, nr})
+		if !slices.Contains(touched, nr.seg) {
+			touched = append(touched, nr.seg)
+		}
+	}
+	// Copies are on disk before the old segment can be removed, whatever
+	// the sync policy.
+	for _, s := range touched {
+		if serr := s.f.Sync(); serr != nil {
+			p.broken = fmt.Errorf("buffer %s: fsync failed (reopen the pool): %w", p.opts.Name, serr)
+			err = serr
+		}
+	}
+	p.mu.Lock()
+	for _, m := range done {
+		m.new.elem = p.order.InsertAfter(m.new, m.old.elem)
+		p.unlink(m.old)
+		p.link(m.new)
+	}
+	p.mu.Unlock()
+	if len(done) == 0 && err == nil {
+		seg.pinned = true // nothing movable: do not try again
+	}
+	return err
+}
+
+// copyRecord appends a verified copy of r to the active segment, returning
+// the new record, or nil if r's blob fails its checksum.
+func (p *Pool) copyRecord(r *record) (*record, error) {
+	dst, err := p.segmentFor(r.recLen)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.RLock()
+	off := dst.size
+	p.mu.RUnlock()
+	head := make([]byte, headerSize+len(r.key)+len(r.meta))
+	copy(head[headerSize:], r.key)
+	copy(head[headerSize+len(r.key):], r.meta)
+	if _, err := dst.f.WriteAt(head, off); err != nil {
+		return nil, p.undo(dst, off, err)
+	}
+	c := crc32.New(castagnoli)
+	src := io.TeeReader(io.NewSectionReader(r.seg.f, r.dataOff, r.size), c)
+	if _, err := io.CopyBuffer(io.NewOffsetWriter(dst.f, off+int64(len(head))), src, p.buf); err != nil {
+		return nil, p.undo(dst, off, err)
+	}
+	if c.Sum32() != r.crc {
+		p.log.Error("buffer: corrupt blob not compacted", "key", r.key, "segment", r.seg.path, "offset", r.off)
+		return nil, p.undo(dst, off, nil)
+	}
+	h := header{
+		keyLen: uint16(len(r.key)), metaLen: uint32(len(r.meta)), blobLen: uint64(r.size),
+		appendedAt: r.appendedAt, blobCRC: r.crc,
+	}
+	h.encode(head, r.key, r.meta)
+	if _, err := dst.f.WriteAt(head[:headerSize], off); err != nil {
+		return nil, p.undo(dst, off, err)
+	}
+	p.mu.Lock()
+	dst.size = off + r.recLen
+	p.segBytes += r.recLen
+	p.mu.Unlock()
+	return &record{
+		key: r.key, meta: r.meta, seg: dst, off: off, dataOff: off + int64(len(head)), size: r.size,
+		recLen: r.recLen, crc: r.crc, appendedAt: r.appendedAt,
+		stale: append(slices.Clone(r.stale), r.seg.id),
+	}, nil
 }
 
 // nextDead returns the oldest removable segment, or nil.

@@ -693,3 +693,83 @@ func TestMetrics(t *testing.T) {
 	}
 	open(t, t.TempDir(), buffer.Options{Registerer: reg, Name: "pool1"}) // re-registers
 }
+
+// TestCompactRewrite: sparse sealed segments have their live blobs moved
+// and are removed; order, contents and deletes survive later deletes,
+// compactions and restarts.
+func TestCompactRewrite(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	opts := buffer.Options{MaxSegmentBytes: 16 << 10, Now: clk.Now}
+	p := open(t, dir, opts)
+	want := map[string][]byte{}
+	var order []string
+	for i := range 40 {
+		k := fmt.Sprintf("raw/%02d", i)
+		want[k] = blob(uint64(i), 5000)
+		mustAppend(t, p, k, []byte("meta-"+k), want[k])
+		if i%4 == 0 {
+			order = append(order, k)
+		}
+	}
+	for i := range 40 {
+		if i%4 != 0 {
+			k := fmt.Sprintf("raw/%02d", i)
+			if err := p.Delete(k); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, k)
+		}
+	}
+	check := func(stage string) {
+		t.Helper()
+		if got := keys(p.List()); !slices.Equal(got, order) {
+			t.Fatalf("%s: List = %v, want %v", stage, got, order)
+		}
+		for _, e := range p.List() {
+			if string(e.Meta) != "meta-"+e.Key {
+				t.Fatalf("%s: %s meta %q", stage, e.Key, e.Meta)
+			}
+			mustRead(t, p, e.Key, want[e.Key])
+		}
+		for i := range 40 {
+			k := fmt.Sprintf("raw/%02d", i)
+			if _, ok := want[k]; !ok {
+				if _, _, err := p.Get(k); !errors.Is(err, buffer.ErrNotFound) {
+					t.Fatalf("%s: deleted %s: %v", stage, k, err)
+				}
+			}
+		}
+	}
+	before := p.Stats()
+	if err := p.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := p.Stats()
+	if after.Segments*2 > before.Segments || after.DeadBytes*4 > before.DeadBytes {
+		t.Fatalf("Compact did not rewrite sparse segments: %+v -> %+v", before, after)
+	}
+	check("after compact")
+	p.Close()
+	p = open(t, dir, opts)
+	check("after reopen")
+	if s := p.Stats(); s.Items != after.Items || s.Bytes != after.Bytes {
+		t.Fatalf("Stats after reopen %+v, before %+v", s, after)
+	}
+	// Delete moved blobs, compact and restart: they stay deleted even
+	// though older segments may have held copies of them.
+	for _, k := range order[:5] {
+		if err := p.Delete(k); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, k)
+	}
+	order = order[5:]
+	if err := p.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	check("after second compact")
+	p.Close()
+	p = open(t, dir, opts)
+	check("after second reopen")
+}
