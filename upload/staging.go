@@ -76,14 +76,18 @@ type staged struct {
 	committed *commitMarker
 }
 
-func writeFileSync(path string, b []byte) error {
+func writeFileSync(path string, b []byte) error { return writeFile(path, b, true) }
+
+// writeFile writes path atomically (temp file and rename), fsyncing file
+// and directory when sync is set.
+func writeFile(path string, b []byte, sync bool) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(b)
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -95,6 +99,9 @@ func writeFileSync(path string, b []byte) error {
 	if err != nil {
 		_ = os.Remove(tmp)
 		return err
+	}
+	if !sync {
+		return nil
 	}
 	return syncDir(filepath.Dir(path))
 }
@@ -340,7 +347,9 @@ func (s *staged) Reset() error {
 	return nil
 }
 
-// MarkCommitted records the commit durably and frees the staged bytes.
+// MarkCommitted records the commit and frees the staged bytes. The marker
+// is not fsynced: it only speeds up duplicate detection, the record in the
+// store or pool is the proof of the commit.
 func (s *staged) MarkCommitted(c commitMarker) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -348,7 +357,7 @@ func (s *staged) MarkCommitted(c commitMarker) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(s.dir, fileCommitted), b); err != nil {
+	if err := writeFile(filepath.Join(s.dir, fileCommitted), b, false); err != nil {
 		return err
 	}
 	s.committed = &c
