@@ -111,6 +111,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	s3Secret := fset.String("s3-secret-key", "", "S3 secret key")
 	workers := fset.Int("workers", 0, "concurrent tasks (default: cores)")
 	queueLen := fset.Int("queue", 0, fmt.Sprintf("tasks waiting for a worker (default %d)", compress.DefaultQueueLen))
+	tlsCert := fset.String("tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
+	tlsKey := fset.String("tls-key", "", "PEM private key of -tls-cert")
+	tlsCA := fset.String("tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
@@ -181,7 +184,11 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 
 	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
 	var srv *compress.Server
-	n, err := node.New(node.Config{ID: nc.ID, Role: "compress", Region: nc.Region, Zone: nc.Zone, Group: nc.Group,
+	srvTLS, cliTLS, err := node.LoadTLS(*tlsCert, *tlsKey, *tlsCA)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{TLS: srvTLS, ClientTLS: cliTLS, ID: nc.ID, Role: "compress", Region: nc.Region, Zone: nc.Zone, Group: nc.Group,
 		GRPCAddr: nc.GRPC, AdminAddr: nc.Admin, MasterAddr: nc.Master, HeartbeatInterval: nc.HeartbeatInterval,
 		ShutdownGrace: nc.ShutdownGrace, Capacity: nc.Capacity, Logger: log,
 		QueueMs: func() float64 {

@@ -113,6 +113,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	s3Bucket := fs.String("s3-bucket", "", "S3 bucket")
 	s3Access := fs.String("s3-access-key", "", "S3 access key")
 	s3Secret := fs.String("s3-secret-key", "", "S3 secret key")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	tlsCA := fs.String("tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -163,7 +166,11 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	sc := shedding.ServiceConfig()
-	n, err := node.New(node.Config{ID: fc.Node.ID, Role: "edgecache", Region: fc.Node.Region, Zone: fc.Node.Zone,
+	srvTLS, cliTLS, err := node.LoadTLS(*tlsCert, *tlsKey, *tlsCA)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{TLS: srvTLS, ClientTLS: cliTLS, ID: fc.Node.ID, Role: "edgecache", Region: fc.Node.Region, Zone: fc.Node.Zone,
 		Group: fc.Node.Group, GRPCAddr: fc.Node.GRPC, AdminAddr: fc.Node.Admin, MasterAddr: fc.Node.Master,
 		HeartbeatInterval: fc.Node.HeartbeatInterval, ShutdownGrace: fc.Node.ShutdownGrace, Logger: log, Shed: &sc})
 	if err != nil {
@@ -171,7 +178,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	deps := edgecache.Deps{Node: n, Store: st}
 	if fc.Node.Master != "" {
-		r, err := client.NewRouter(client.RouterConfig{MasterAddr: fc.Node.Master, Region: fc.Node.Region})
+		r, err := client.NewRouter(client.RouterConfig{TLS: cliTLS, MasterAddr: fc.Node.Master, Region: fc.Node.Region})
 		if err != nil {
 			return err
 		}

@@ -96,6 +96,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	redisURL := fs.String("redis", "", "Redis URL (default $WILLOW_REDIS)")
 	token := fs.String("oncall-token", "", "on-call token (default $WILLOW_ONCALL_TOKEN)")
 	levels := fs.String("levels", "", "YAML file of flex level plans")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	tlsCA := fs.String("tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -142,7 +145,11 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	n, err := node.New(node.Config{ID: fc.Node.ID, Role: "master", Zone: fc.Node.Zone, GRPCAddr: fc.Node.GRPC,
+	srvTLS, cliTLS, err := node.LoadTLS(*tlsCert, *tlsKey, *tlsCA)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{TLS: srvTLS, ClientTLS: cliTLS, ID: fc.Node.ID, Role: "master", Zone: fc.Node.Zone, GRPCAddr: fc.Node.GRPC,
 		AdminAddr: fc.Node.Admin, HeartbeatInterval: fc.Node.HeartbeatInterval, ShutdownGrace: fc.Node.ShutdownGrace, Logger: log})
 	if err != nil {
 		return err

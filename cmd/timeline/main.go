@@ -89,6 +89,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	admin := fs.String("admin", "", "admin HTTP listen address (default 127.0.0.1:0)")
 	masterAddr := fs.String("master", "", "master gRPC address (default $WILLOW_MASTER; empty: run without a master)")
 	redisURL := fs.String("redis", "", "Redis URL (default $WILLOW_REDIS)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	tlsCA := fs.String("tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -139,7 +142,11 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	defer rdb.Close()
 	var srv *timeline.Server // set before the node runs, read by heartbeats
 	nc := fc.Node
-	n, err := node.New(node.Config{ID: nc.ID, Role: "timeline", Region: nc.Region, Zone: nc.Zone, Group: nc.Group,
+	srvTLS, cliTLS, err := node.LoadTLS(*tlsCert, *tlsKey, *tlsCA)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{TLS: srvTLS, ClientTLS: cliTLS, ID: nc.ID, Role: "timeline", Region: nc.Region, Zone: nc.Zone, Group: nc.Group,
 		GRPCAddr: nc.GRPC, AdminAddr: nc.Admin, MasterAddr: nc.Master, HeartbeatInterval: nc.HeartbeatInterval,
 		ShutdownGrace: nc.ShutdownGrace, Capacity: nc.Capacity, Logger: log,
 		Gauges: func() map[string]float64 { return srv.Gauges() }})

@@ -125,6 +125,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	s3Bucket := fset.String("s3-bucket", "", "S3 bucket")
 	s3Access := fset.String("s3-access-key", "", "S3 access key")
 	s3Secret := fset.String("s3-secret-key", "", "S3 secret key")
+	tlsCert := fset.String("tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
+	tlsKey := fset.String("tls-key", "", "PEM private key of -tls-cert")
+	tlsCA := fset.String("tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
@@ -201,7 +204,11 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 
 	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
 	shed := shedding.ServiceConfig()
-	n, err := node.New(node.Config{ID: nc.ID, Role: "upload", Region: nc.Region, Zone: nc.Zone, Group: nc.Group,
+	srvTLS, cliTLS, err := node.LoadTLS(*tlsCert, *tlsKey, *tlsCA)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{TLS: srvTLS, ClientTLS: cliTLS, ID: nc.ID, Role: "upload", Region: nc.Region, Zone: nc.Zone, Group: nc.Group,
 		GRPCAddr: nc.GRPC, AdminAddr: nc.Admin, MasterAddr: nc.Master, HeartbeatInterval: nc.HeartbeatInterval,
 		ShutdownGrace: nc.ShutdownGrace, Capacity: nc.Capacity, Logger: log, Shed: &shed})
 	if err != nil {
@@ -209,7 +216,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	deps := upload.Deps{Node: n, Store: st}
 	if nc.Master != "" {
-		r, err := client.NewRouter(client.RouterConfig{MasterAddr: nc.Master, Region: nc.Region})
+		r, err := client.NewRouter(client.RouterConfig{TLS: cliTLS, MasterAddr: nc.Master, Region: nc.Region})
 		if err != nil {
 			return err
 		}
