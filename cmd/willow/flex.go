@@ -43,6 +43,9 @@ func cmdFlex(ctx context.Context, m *Main, args []string) error {
 	if *actor == "" {
 		*actor = m.Getenv("USER")
 	}
+	if *actor == "" {
+		*actor = m.Getenv("LOGNAME")
+	}
 	conn, err := g.dialMaster()
 	if err != nil {
 		return err
