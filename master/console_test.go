@@ -220,12 +220,38 @@ func TestConsoleBrowser(t *testing.T) {
 	if k := n.Knobs(); k.Retries || k.ShedRatio["prefetch"] != 0.8 || k.TimelineDelayRatio != 0.7 {
 		t.Fatalf("node knobs = %+v", k)
 	}
+	// Override one knob through the select, the value field and the
+	// confirmation.
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("knob-name"), "image_quality"),
+		chromedp.SendKeys(chromedp.ID("knob-value"), "40"),
+		chromedp.Click(chromedp.ID("knob-apply")),
+		chromedp.WaitVisible(chromedp.ID("confirm-ok")),
+	); err != nil {
+		t.Fatalf("override knob: %v", err)
+	}
+	if diff, _ = chromedp.Run(ctx, chromedp.Text(chromedp.ID("confirm-diff"))); !strings.Contains(diff, "image_quality") || !strings.Contains(diff, "40") {
+		t.Fatalf("knob confirmation diff = %q", diff)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("confirm-ok"))); err != nil {
+		t.Fatal(err)
+	}
+	for n.Knobs().ImageQuality != 40 {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("node did not receive image_quality=40: %+v", n.Knobs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("history").textContent.includes("carol@console")`, chromedp.WithPollingTimeout(5*time.Second))); err != nil {
+		t.Fatalf("history on the page: %v", err)
+	}
+
 	// The change is audited with the console actor.
 	h, err := m.client.FlexHistory(ctxT(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := h.GetEntries()[0]; !e.GetAccepted() || !strings.HasPrefix(e.GetActor(), "carol@console") || e.GetReason() != "browser test: holiday peak" {
+	if e := h.GetEntries()[1]; !e.GetAccepted() || e.GetAction() != "set" || !strings.HasPrefix(e.GetActor(), "carol@console") || e.GetReason() != "browser test: holiday peak" {
 		t.Fatalf("audit = %v", e)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -490,5 +491,43 @@ func TestFlexRedisDown(t *testing.T) {
 	}
 	if ev, err := stream.Recv(); err != nil || ev.GetFlex().GetLevel() != "blue" {
 		t.Fatalf("watch with Redis down: %v %v", ev, err)
+	}
+}
+
+func TestLevelsFile(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	dir := t.TempDir()
+	tests := []struct {
+		name, yaml, err string
+	}{
+		{"unknown knob", "businesses: [moments]\nlevels:\n  normal: {}\n  red:\n    knobs: {turbo: 'on'}\n", `level "red": unknown knob "turbo"`},
+		{"bad ratio", "businesses: [moments]\nlevels:\n  normal: {}\n  red:\n    knobs: {shed_ratio.moments: '2'}\n", "shed_ratio.moments"},
+		{"ok", "businesses: [moments, games]\nlevels:\n  normal: {}\n  red:\n    knobs: {shed_ratio.games: '1'}\n", ""},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := fmt.Sprintf("%s/levels-%d.yaml", dir, i)
+			if err := os.WriteFile(path, []byte(tt.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			n, err := node.New(node.Config{ID: "master-1", Role: "master", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := master.New(master.Config{OncallToken: token, LevelsFile: path, KeyPrefix: fmt.Sprintf("lf%d:", i)}, master.Deps{Node: n, Redis: rdb})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("New = %v, want error containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := s.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Token: token, Reason: "x", Level: "red"})
+			if err != nil || resp.GetFlex().GetKnobs()["shed_ratio.games"] != "1" {
+				t.Fatalf("red from the custom file: %v %v", resp, err)
+			}
+		})
 	}
 }
