@@ -1,0 +1,115 @@
+# Shared by up.sh, down.sh and restart.sh (sourced, not run).
+#
+# Layout of a deploy/local cluster in DIR:
+#   DIR/bin/        the binaries (go build -o DIR/bin ./cmd/...)
+#   DIR/logs/N.log  one log per process N
+#   DIR/run/N.pid   its pid; DIR/run/N.cmd its command line (restart.sh)
+#   DIR/run/N.meta  "role region addr" of the process (cluster.json nodes)
+#   DIR/data/       redis, S3 (versitygw posix), staging and buffer pools
+#   DIR/cluster.json
+
+set -euo pipefail
+
+# The base port: every process listens on its own loopback IP, gRPC on
+# BASE, admin HTTP on BASE+1, edge HTTP or console on BASE+2.
+BASE=${WILLOW_LOCAL_PORT:-27000}
+REDIS_IP=127.0.0.20
+S3_IP=127.0.0.21
+REDIS_PORT=$((BASE + 79))
+S3_PORT=$((BASE + 90))
+MASTER_IPS=(127.0.0.11 127.0.0.12)
+TIMELINE_IP=127.0.0.30
+S3_ACCESS=willowlocal
+S3_SECRET=willowlocalsecret
+S3_BUCKET=willow
+ONCALL_TOKEN=${WILLOW_LOCAL_ONCALL_TOKEN:-local-oncall}
+UPLOAD_SECRET=${WILLOW_LOCAL_UPLOAD_SECRET:-local-upload-secret}
+
+die() { echo "deploy/local: $*" >&2; exit 1; }
+
+# alive PID: the process exists and is not a zombie.
+alive() {
+	local st
+	st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+	[[ $st != Z* ]]
+}
+
+# ours PID CMDFILE: PID runs the program named in CMDFILE.
+ours() {
+	local prog
+	prog=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -1) || return 1
+	[[ -n $prog ]] && grep -q -- "$(basename "$prog")" "$2"
+}
+
+# wait_tcp HOST PORT SECONDS
+wait_tcp() {
+	local deadline=$((SECONDS + $3))
+	while ((SECONDS < deadline)); do
+		if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+
+# launch NAME: starts DIR/run/NAME.cmd in its own session, detached,
+# appending to DIR/logs/NAME.log, and records the pid.
+launch() {
+	local name=$1
+	setsid bash "$DIR/run/$name.cmd" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
+	echo $! >"$DIR/run/$name.pid"
+}
+
+# start NAME ROLE REGION ADDR CMD...: records the command line and meta,
+# then launches it.
+start() {
+	local name=$1 role=$2 region=$3 addr=$4
+	shift 4
+	{
+		printf 'exec'
+		printf ' %q' "$@"
+		printf '\n'
+	} >"$DIR/run/$name.cmd"
+	echo "$role $region $addr" >"$DIR/run/$name.meta"
+	launch "$name"
+}
+
+# write_cluster_json: DIR/cluster.json from the meta and pid files.
+write_cluster_json() {
+	local masters console nodes="" first=1 f name role region addr pid
+	masters=$(printf '%s:'"$BASE"',' "${MASTER_IPS[@]}")
+	masters=${masters%,}
+	console="${MASTER_IPS[0]}:$((BASE + 2))"
+	for f in "$DIR"/run/*.meta; do
+		name=$(basename "$f" .meta)
+		read -r role region addr <"$f"
+		pid=$(cat "$DIR/run/$name.pid" 2>/dev/null || echo 0)
+		[[ $region == - ]] && region=""
+		((first)) || nodes+=","
+		first=0
+		nodes+=$(printf '\n    {"role": "%s", "region": "%s", "addr": "%s", "pid": %d}' "$role" "$region" "$addr" "$pid")
+	done
+	region_json() { # REGION SUBNET
+		printf '"%s": {"upload": "127.0.%s.1:%d", "compress": "127.0.%s.11:%d", "edgecache_grpc": "127.0.%s.21:%d", "edgecache_http": "127.0.%s.21:%d"}' \
+			"$1" "$2" "$BASE" "$2" "$BASE" "$2" "$BASE" "$2" $((BASE + 2))
+	}
+	cat >"$DIR/cluster.json.tmp" <<EOF
+{
+  "master": "$masters",
+  "console": "$console",
+  "redis": "redis://$REDIS_IP:$REDIS_PORT",
+  "timeline": "$TIMELINE_IP:$BASE",
+  "oncall_token": "$ONCALL_TOKEN",
+  "upload_secret": "$UPLOAD_SECRET",
+  "regions": {
+    $(region_json a 1),
+    $(region_json b 2)
+  },
+  "nodes": [$nodes
+  ]
+}
+EOF
+	chmod 600 "$DIR/cluster.json.tmp"
+	mv "$DIR/cluster.json.tmp" "$DIR/cluster.json"
+}

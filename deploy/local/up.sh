@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# deploy/local/up.sh DIR: build Willow and start a two-region cluster as
+# separate processes on loopback, with a real redis-server and versitygw:
+#
+#   masters    127.0.0.11, 127.0.0.12 (HA, sharing Redis; console on the first)
+#   redis      127.0.0.20   versitygw (S3) 127.0.0.21
+#   timeline   127.0.0.30
+#   region a   upload 127.0.1.1-2, compress 127.0.1.11-12, edgecache 127.0.1.21-22
+#   region b   the same on 127.0.2.x
+#
+# Every process listens on its own IP: gRPC on $WILLOW_LOCAL_PORT (default
+# 27000), admin HTTP on +1, edge HTTP and the console on +2; Redis on +79,
+# S3 on +90. It writes DIR/cluster.json, logs to DIR/logs, pids to DIR/run,
+# and returns once `willow nodes` shows every node healthy. Stop it with
+# deploy/local/down.sh DIR; restart one process with restart.sh DIR NAME.
+#
+# Environment: WILLOW_LOCAL_PORT, WILLOW_LOCAL_NOBUILD=1 (reuse DIR/bin),
+# WILLOW_LOCAL_TLS_CERT/_KEY/_CA (serve every gRPC listener over TLS; the
+# certificate needs the IP SANs of all the addresses above).
+set -euo pipefail
+[[ $# -eq 1 ]] || { echo "usage: $0 DIR" >&2; exit 2; }
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$1"
+DIR=$(cd "$1" && pwd)
+source "$HERE/lib.sh"
+
+for f in "$DIR"/run/*.pid; do
+	[[ -e $f ]] || continue
+	if alive "$(cat "$f")"; then
+		die "a cluster is already running in $DIR ($(basename "$f" .pid)); run down.sh first"
+	fi
+done
+command -v redis-server >/dev/null || die "redis-server not found (scripts/setup.sh)"
+VERSITYGW=$(command -v versitygw || echo "$(go env GOPATH)/bin/versitygw")
+[[ -x $VERSITYGW ]] || die "versitygw not found (scripts/setup.sh)"
+
+mkdir -p "$DIR/bin" "$DIR/logs" "$DIR/run" "$DIR/data"
+rm -f "$DIR"/run/*
+if [[ ${WILLOW_LOCAL_NOBUILD:-} != 1 ]]; then
+	echo "deploy/local: building into $DIR/bin" >&2
+	(cd "$HERE/../.." && go build -o "$DIR/bin/" ./cmd/...)
+fi
+BIN=$DIR/bin
+
+TLS=()
+if [[ -n ${WILLOW_LOCAL_TLS_CERT:-} ]]; then
+	TLS=(-tls-cert "$WILLOW_LOCAL_TLS_CERT" -tls-key "$WILLOW_LOCAL_TLS_KEY")
+	[[ -n ${WILLOW_LOCAL_TLS_CA:-} ]] && TLS+=(-tls-ca "$WILLOW_LOCAL_TLS_CA")
+fi
+
+# Infrastructure.
+mkdir -p "$DIR/data/redis" "$DIR/data/s3"
+start redis redis - "$REDIS_IP:$REDIS_PORT" redis-server --port "$REDIS_PORT" --bind "$REDIS_IP" \
+	--dir "$DIR/data/redis" --appendonly yes --appendfsync everysec --save "" --protected-mode no
+start s3 s3 - "$S3_IP:$S3_PORT" env ROOT_ACCESS_KEY=$S3_ACCESS ROOT_SECRET_KEY=$S3_SECRET \
+	"$VERSITYGW" --port "$S3_IP:$S3_PORT" posix "$DIR/data/s3"
+wait_tcp "$REDIS_IP" "$REDIS_PORT" 20 || die "redis did not start (see $DIR/logs/redis.log)"
+wait_tcp "$S3_IP" "$S3_PORT" 30 || die "versitygw did not start (see $DIR/logs/s3.log)"
+
+REDIS_URL=redis://$REDIS_IP:$REDIS_PORT
+S3=(-s3-endpoint "$S3_IP:$S3_PORT" -s3-bucket "$S3_BUCKET" -s3-access-key "$S3_ACCESS" -s3-secret-key "$S3_SECRET")
+MASTERS=$(printf '%s:'"$BASE"',' "${MASTER_IPS[@]}")
+MASTERS=${MASTERS%,}
+
+# Masters: a quicker dead-node judgement than the defaults (2 s without a
+# heartbeat, probes every 500 ms) so a killed process leaves within 3 s.
+cat >"$DIR/run/master.yaml" <<YAML
+master:
+  missed_after: 2s
+  probe_interval: 500ms
+YAML
+i=0
+for ip in "${MASTER_IPS[@]}"; do
+	i=$((i + 1))
+	console=()
+	((i == 1)) && console=(-console "$ip:$((BASE + 2))")
+	start "master-$i" master - "$ip:$BASE" "$BIN/master" -config "$DIR/run/master.yaml" -id "master-$i" \
+		-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" "${console[@]}" -redis "$REDIS_URL" \
+		-oncall-token "$ONCALL_TOKEN" "${TLS[@]}"
+done
+for ip in "${MASTER_IPS[@]}"; do
+	wait_tcp "$ip" "$BASE" 20 || die "master on $ip did not start (see $DIR/logs)"
+done
+
+start timeline-1 timeline a "$TIMELINE_IP:$BASE" "$BIN/timeline" -id timeline-1 -region a \
+	-grpc "$TIMELINE_IP:$BASE" -admin "$TIMELINE_IP:$((BASE + 1))" -master "$MASTERS" -redis "$REDIS_URL" "${TLS[@]}"
+
+for r in a b; do
+	net=1
+	[[ $r == b ]] && net=2
+	for k in 1 2; do
+		ip=127.0.$net.$((10 + k))
+		start "compress-$r-$k" compress "$r" "$ip:$BASE" "$BIN/compress" -id "compress-$r-$k" -region "$r" \
+			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -master "$MASTERS" -workers 1 "${S3[@]}" "${TLS[@]}"
+		ip=127.0.$net.$k
+		mkdir -p "$DIR/data/upload-$r-$k"
+		start "upload-$r-$k" upload "$r" "$ip:$BASE" "$BIN/upload" -id "upload-$r-$k" -region "$r" \
+			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -master "$MASTERS" -redis "$REDIS_URL" \
+			-secret "$UPLOAD_SECRET" -staging "$DIR/data/upload-$r-$k/staging" -pool-dir "$DIR/data/upload-$r-$k/pools" \
+			"${S3[@]}" "${TLS[@]}"
+		ip=127.0.$net.$((20 + k))
+		start "edgecache-$r-$k" edgecache "$r" "$ip:$BASE" "$BIN/edgecache" -id "edgecache-$r-$k" -region "$r" \
+			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -http "$ip:$((BASE + 2))" -master "$MASTERS" \
+			-capacity $((64 << 20)) "${S3[@]}" "${TLS[@]}"
+	done
+done
+write_cluster_json
+
+# Wait until the master lists every node healthy.
+want=$(ls "$DIR"/run/*.meta | grep -cv -e /master- -e /redis. -e /s3.)
+deadline=$((SECONDS + ${WILLOW_LOCAL_WAIT:-60}))
+while :; do
+	for f in "$DIR"/run/*.pid; do
+		alive "$(cat "$f")" || die "$(basename "$f" .pid) exited during start-up; see $DIR/logs/$(basename "$f" .pid).log"
+	done
+	healthy=$("$BIN/willow" nodes --cluster "$DIR/cluster.json" --json 2>/dev/null | grep -c '"state":"healthy"' || true)
+	if ((healthy >= want)); then
+		break
+	fi
+	((SECONDS < deadline)) || die "only $healthy of $want nodes healthy after ${WILLOW_LOCAL_WAIT:-60}s (willow nodes --cluster $DIR/cluster.json)"
+	sleep 0.5
+done
+echo "deploy/local: $want nodes healthy; cluster file $DIR/cluster.json, console http://${MASTER_IPS[0]}:$((BASE + 2))" >&2
