@@ -466,7 +466,9 @@ func (s *Server) GetFlex(ctx context.Context, _ *willowv1.GetFlexRequest) (*will
 // UNAUTHENTICATED/PERMISSION_DENIED oncall_token, INVALID_ARGUMENT with
 // reason invalid_knob, unknown_knob, unknown_business, unknown_level,
 // invalid_scope, invalid_expiry, missing_reason or empty_change, ABORTED
-// version_conflict, UNAVAILABLE redis.
+// version_conflict, UNAVAILABLE redis. A dry run needs no token, changes
+// nothing and returns the state the change would make. Accepted changes
+// and refused ones (bad token, invalid) are written to the audit log.
 func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*willowv1.SetFlexResponse, error) {
 	action := "knob"
 	if req.GetLevel() != "" {
