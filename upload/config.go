@@ -103,8 +103,8 @@ type Deps struct {
 	// Pool1 and Pool2 are the buffer pools; nil disables a pool.
 	Pool1, Pool2 *buffer.Pool
 	// WouldShed reports whether admission control would have shed a Begin
-	// it deferred to the handler; default: shedding.WouldShed.
-	WouldShed func(ctx context.Context) bool
+	// it deferred to the handler, and why; default shedding.WouldShed.
+	WouldShed func(ctx context.Context) (reason string, shed bool)
 	// Now; default time.Now.
 	Now func() time.Time
 }

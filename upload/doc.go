@@ -32,8 +32,10 @@
 // same ID) and an image's pixel count from its header only, never decoding
 // it (pixel_bomb). It then makes the raw bytes and the JSON Record durable:
 //
-//   - pool 1, when admission deferred Begin and would have shed it
-//     (shedding.WouldShed) and the pool1 knob is auto, or pool1=force;
+//   - pool 1, when admission deferred Begin and would have shed it for
+//     overload (shedding.WouldShed) and the pool1 knob is auto, or
+//     pool1=force (without pool 1, or for shed_ratio, Begin is rejected
+//     RESOURCE_EXHAUSTED instead; a resumed upload is never shed);
 //   - pool 2, when pool2=force, or pool2=auto and the node's store writes
 //     exceed store_write_budget per second, or the store write fails;
 //   - otherwise the store: raw at media.RawKey, record at media.RecordKey.

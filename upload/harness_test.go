@@ -118,17 +118,17 @@ func (f *flakyStore) Stat(ctx context.Context, key string) (store.Info, error) {
 }
 
 type front struct {
-	t        testing.TB
-	node     *node.Node
-	srv      *upload.Server
-	store    *flakyStore
-	compress *fakeCompress
-	pool1    *buffer.Pool
-	pool2    *buffer.Pool
-	client   willowv1.UploadClient
-	shed     atomic.Bool
-	cancel   context.CancelFunc
-	done     sync.WaitGroup
+	t          testing.TB
+	node       *node.Node
+	srv        *upload.Server
+	store      *flakyStore
+	compress   *fakeCompress
+	pool1      *buffer.Pool
+	pool2      *buffer.Pool
+	client     willowv1.UploadClient
+	shedReason atomic.Pointer[string]
+	cancel     context.CancelFunc
+	done       sync.WaitGroup
 }
 
 type frontOpts struct {
@@ -196,7 +196,12 @@ func newFrontB(tb testing.TB, o frontOpts) *front {
 	f.srv, err = upload.New(cfg, upload.Deps{
 		Node: un, Store: f.store, Redis: o.redis, Compress: willowv1.NewCompressClient(cconn),
 		Pool1: f.pool1, Pool2: f.pool2,
-		WouldShed: func(context.Context) bool { return f.shed.Load() },
+		WouldShed: func(context.Context) (string, bool) {
+			if r := f.shedReason.Load(); r != nil {
+				return *r, true
+			}
+			return "", false
+		},
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -347,3 +352,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 var _ = grpc.WithBlock
 
 func uploadCfgSmallSync() upload.Config { return upload.Config{SyncEvery: 64 << 10} }
+
+// shed makes WouldShed report reason ("" stops shedding).
+func (f *front) shed(reason string) {
+	if reason == "" {
+		f.shedReason.Store(nil)
+		return
+	}
+	f.shedReason.Store(&reason)
+}

@@ -116,7 +116,7 @@ func TestPool1SpillWhenShedAndDrainRate(t *testing.T) {
 	f := newFront(t, frontOpts{pools: true})
 	ctx := ctxT(t)
 	f.knobs(map[string]string{"pool1_drain_per_s": "0"}) // hold the drain
-	f.shed.Store(true)
+	f.shed("overload")
 	data := photo(t)
 	const n = 6
 	var ids []string
@@ -149,4 +149,38 @@ func TestPool1SpillWhenShedAndDrainRate(t *testing.T) {
 		t.Fatalf("read after drain: %v", err)
 	}
 	_ = context.Background
+}
+
+func TestShedBeginWithoutPool1(t *testing.T) {
+	ctx := ctxT(t)
+	data := photo(t)
+	t.Run("no pool: overload rejects", func(t *testing.T) {
+		f := newFront(t, frontOpts{})
+		f.shed("overload")
+		_, err := f.begin(ctx, "s1", "lu", data)
+		wantReason(t, err, codes.ResourceExhausted, "overload")
+	})
+	t.Run("pool1 off: overload rejects", func(t *testing.T) {
+		f := newFront(t, frontOpts{pools: true})
+		f.knobs(map[string]string{"pool1": "off"})
+		f.shed("overload")
+		_, err := f.begin(ctx, "s2", "lu", data)
+		wantReason(t, err, codes.ResourceExhausted, "overload")
+	})
+	t.Run("shed_ratio rejects even with pool1", func(t *testing.T) {
+		f := newFront(t, frontOpts{pools: true})
+		f.shed("shed_ratio")
+		_, err := f.begin(ctx, "s3", "lu", data)
+		wantReason(t, err, codes.ResourceExhausted, "shed_ratio")
+	})
+	t.Run("a begun upload resumes while shedding", func(t *testing.T) {
+		f := newFront(t, frontOpts{})
+		if _, err := f.begin(ctx, "s4", "lu", data); err != nil {
+			t.Fatal(err)
+		}
+		f.shed("overload")
+		if _, err := f.upload(ctx, "s4", "lu", data); err != nil {
+			t.Fatalf("resume while shedding: %v", err)
+		}
+	})
 }

@@ -45,7 +45,7 @@ type Server struct {
 	pools     [3]*buffer.Pool // index 1 and 2
 	journal   journal
 	now       func() time.Time
-	wouldShed func(context.Context) bool
+	wouldShed func(context.Context) (string, bool)
 	log       *slog.Logger
 	region    string
 	nodeID    string
@@ -122,7 +122,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.now = time.Now
 	}
 	if s.wouldShed == nil {
-		s.wouldShed = func(ctx context.Context) bool { _, shed := shedding.WouldShed(ctx); return shed }
+		s.wouldShed = shedding.WouldShed
 	}
 	if s.log == nil {
 		s.log = deps.Node.Logger()
@@ -324,10 +324,25 @@ func (s *Server) Begin(ctx context.Context, req *willowv1.BeginRequest) (*willow
 		resp.Committed, resp.MediaId, resp.Offset = true, rec.ID, rec.Size
 		return resp, nil
 	}
+	// Admission deferred its decision for Begin: an overloaded front spills
+	// the new upload into pool 1 when it can; otherwise, and for coarse
+	// shed_ratio shedding of the business, it rejects it here.
+	reason, shed := s.wouldShed(ctx)
+	if shed {
+		k := s.node.Knobs()
+		switch {
+		case reason == shedding.ReasonShedRatio:
+			s.m.uploads.WithLabelValues("shed").Inc()
+			return nil, rpcstatus.Overload(reason, shedding.RetryAfterShedRatio, "shed: business %s over its shed_ratio", req.GetBusiness())
+		case s.pools[1] == nil || k.Pool1 == "off":
+			s.m.uploads.WithLabelValues("shed").Inc()
+			return nil, rpcstatus.Overload(reason, shedding.RetryAfterOverload, "shed: upload front overloaded")
+		}
+	}
 	meta := stageMeta{
 		UploadID: req.GetUploadId(), User: req.GetUser(), Business: req.GetBusiness(), Kind: int32(req.GetKind()),
 		Size: req.GetSize(), SHA256: sum, ContentType: req.GetContentType(), Filename: req.GetFilename(),
-		Deferred: s.wouldShed(ctx), Created: s.now(),
+		Deferred: shed, Created: s.now(),
 	}
 	unlock := s.lock(key)
 	defer unlock()
