@@ -74,16 +74,17 @@ func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient) {
 func (n *Node) watchLoop(ctx context.Context, mc willowv1.MasterClient) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		stream, err := mc.Watch(ctx, &willowv1.WatchRequest{NodeId: n.cfg.ID, Region: n.cfg.Region, Group: n.cfg.Group}, grpc.WaitForReady(false))
+		stream, err := mc.Watch(ctx, &willowv1.WatchRequest{NodeId: n.cfg.ID, Region: n.cfg.Region, Group: n.cfg.Group},
+			grpc.WaitForReady(false), grpc.UseCompressor(Zstd))
 		if err == nil {
-			for {
+			for first := true; ; first = false {
 				ev, rerr := stream.Recv()
 				if rerr != nil {
 					err = rerr
 					break
 				}
 				backoff = 100 * time.Millisecond
-				n.ApplyFlex(ev.GetFlex())
+				n.applyFlex(ev.GetFlex(), first)
 				if ev.Drills != nil {
 					n.setDrills(ev.GetDrills())
 				}

@@ -301,16 +301,22 @@ func (n *Node) OnKnobs(f func(flex.Knobs)) {
 	n.callbacks = append(n.callbacks, f)
 }
 
-// ApplyFlex installs st if it is newer than the current state. The master
-// Watch stream calls it; tests and standalone nodes may too.
-func (n *Node) ApplyFlex(st *willowv1.FlexState) {
+// ApplyFlex installs st if it is newer than the current state. Tests and
+// standalone nodes may call it; the master's Watch stream uses it too.
+func (n *Node) ApplyFlex(st *willowv1.FlexState) { n.applyFlex(st, false) }
+
+// applyFlex installs st when its version is newer than the current one, or
+// when force is set and it differs (the first state of a new Watch stream
+// is authoritative, even if older: a master whose Redis was lost restarts
+// its versions).
+func (n *Node) applyFlex(st *willowv1.FlexState, force bool) {
 	if st == nil {
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if cur := n.flex.Load(); cur != nil && cur.GetVersion() >= st.GetVersion() && st.GetVersion() != 0 {
-		if cur.GetVersion() > st.GetVersion() || proto.Equal(cur, st) {
+	if cur := n.flex.Load(); cur != nil {
+		if proto.Equal(cur, st) || (!force && st.GetVersion() <= cur.GetVersion()) {
 			return
 		}
 	}
