@@ -4,7 +4,7 @@ GOBIN := $(shell go env GOPATH)/bin
 export PATH := $(GOBIN):$(PATH)
 RUN_DIR ?= ./run
 
-.PHONY: setup build run test test-short bench bench-compress proto vet fmt fuzz
+.PHONY: setup build run test test-short test-faults bench bench-compress proto vet fmt fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -20,6 +20,11 @@ vet:
 
 test: setup vet
 	go test -count=1 -timeout 40m ./...
+
+# The fault suite (faults/, about five minutes): a deploy/local two-region
+# cluster under load, kill -9 of each role in turn. `make test` skips it.
+test-faults: setup
+	WILLOW_FAULTS=1 go test -count=1 -v -timeout 30m ./faults/
 
 test-short:
 	go test -short -count=1 ./...
