@@ -38,6 +38,7 @@ alive() {
 ours() {
 	local prog
 	prog=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -1) || return 1
+	prog=${prog%% *} # redis-server rewrites its title to "redis-server ADDR"
 	[[ -n $prog ]] && grep -q -- "$(basename "$prog")" "$2"
 }
 
