@@ -456,6 +456,15 @@ func (s *Server) Chunks(stream willowv1.Upload_ChunksServer) error {
 			_, _ = syncAll()
 			return chunkErr(err)
 		}
+		if willowv1.Kind(cur.meta.Kind) == willowv1.Kind_KIND_IMAGE {
+			// Reject a pixel bomb as soon as its header is in, not after
+			// the whole file.
+			if err := cur.CheckHeaderOnce(func(r io.ReaderAt, n int64) error { return checkPixels(r, n, s.cfg.MaxPixels) }); err != nil {
+				_, _ = syncAll()
+				s.m.uploads.WithLabelValues("rejected").Inc()
+				return err
+			}
+		}
 	}
 	off, err := syncAll()
 	if err != nil {

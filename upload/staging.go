@@ -74,6 +74,8 @@ type staged struct {
 	seq       uint64
 	h         hash.Hash
 	committed *commitMarker
+	// headerOK: the image header was read and passed the pixel check.
+	headerOK bool
 }
 
 func writeFileSync(path string, b []byte) error { return writeFile(path, b, true) }
@@ -380,4 +382,23 @@ func (s *staged) Close() error {
 	err := s.f.Close()
 	s.f = nil
 	return err
+}
+
+// headerBytes is how much of an image the pixel check wants before it runs
+// during the chunk stream (less when the file is smaller).
+const headerBytes = 64 << 10
+
+// CheckHeaderOnce runs check on the received bytes once enough of an
+// image has arrived, and remembers a pass. It returns check's error.
+func (s *staged) CheckHeaderOnce(check func(r io.ReaderAt, n int64) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.headerOK || s.committed != nil || s.f == nil || s.written < min(s.meta.Size, headerBytes) {
+		return nil
+	}
+	if err := check(s.f, s.written); err != nil {
+		return err
+	}
+	s.headerOK = true
+	return nil
 }

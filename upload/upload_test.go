@@ -205,6 +205,31 @@ func TestBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("pixel bomb rejected by its header mid-stream", func(t *testing.T) {
+		// A bomb header followed by many MiB: the stream fails at the
+		// first chunk, long before the end.
+		big := append(append([]byte(nil), bomb...), make([]byte, 8<<20)...)
+		if _, err := f.begin(ctx, "bomb2", "dave", big); err != nil {
+			t.Fatal(err)
+		}
+		s, err := f.client.Chunks(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := 0
+		for off := 0; off < len(big); off += 256 << 10 {
+			if s.Send(&willowv1.Chunk{UploadId: "bomb2", Offset: int64(off), Data: big[off:min(off+256<<10, len(big))]}) != nil {
+				break
+			}
+			sent++
+		}
+		_, err = s.CloseAndRecv()
+		wantReason(t, err, codes.InvalidArgument, "pixel_bomb")
+		st, err := f.client.Status(ctx, &willowv1.StatusRequest{UploadId: "bomb2", User: "dave"})
+		if err != nil || st.GetOffset() > 1<<20 {
+			t.Fatalf("staged %d bytes of a pixel bomb (%v)", st.GetOffset(), err)
+		}
+	})
 	t.Run("incomplete", func(t *testing.T) {
 		if _, err := f.begin(ctx, "short", "dave", data); err != nil {
 			t.Fatal(err)
@@ -217,6 +242,8 @@ func TestBadInput(t *testing.T) {
 	})
 	t.Run("pixel bomb", func(t *testing.T) {
 		_, err := f.upload(ctx, "bomb", "dave", bomb)
+		wantReason(t, err, codes.InvalidArgument, "pixel_bomb")
+		_, err = f.client.Commit(ctx, &willowv1.CommitRequest{UploadId: "bomb", User: "dave"})
 		wantReason(t, err, codes.InvalidArgument, "pixel_bomb")
 		if _, err := f.store.Stat(ctx, media.RawKey(media.KeyFor("dave", "bomb"))); err == nil {
 			t.Fatal("pixel bomb stored")
