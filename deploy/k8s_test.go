@@ -18,16 +18,42 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/openapi"
 )
 
-var overlays = []string{"region-a", "region-b"}
+// variants are what the tests render: each overlay as it is, and with the
+// TLS component added (name "region-a+tls").
+var variants = []string{"region-a", "region-b", "region-a+tls", "region-b+tls"}
 
-// render builds an overlay in-process with kustomize's krusty, as
-// `kubectl kustomize deploy/k8s/overlays/NAME` would.
-func render(t *testing.T, overlay string) resmap.ResMap {
+// render builds a variant in-process with kustomize's krusty, as `kubectl
+// kustomize deploy/k8s/overlays/NAME` would. A "+tls" variant is the overlay
+// plus components/tls, rendered from an in-memory copy of deploy/k8s with a
+// kustomization that adds the component.
+func render(t *testing.T, variant string) resmap.ResMap {
 	t.Helper()
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join("k8s", "overlays", overlay))
+	overlay, tls := strings.CutSuffix(variant, "+tls")
+	fs := filesys.MakeFsInMemory()
+	err := filepath.WalkDir("k8s", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return fs.WriteFile("/"+filepath.ToSlash(path), b)
+	})
 	if err != nil {
-		t.Fatalf("kustomize %s: %v", overlay, err)
+		t.Fatal(err)
+	}
+	dir := "/k8s/overlays/" + overlay
+	if tls {
+		dir = "/k8s/variants/" + overlay + "-tls"
+		k := "resources:\n  - ../../overlays/" + overlay + "\ncomponents:\n  - ../../components/tls\n"
+		if err := fs.WriteFile(dir+"/kustomization.yaml", []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
+	if err != nil {
+		t.Fatalf("kustomize %s: %v", variant, err)
 	}
 	return m
 }
@@ -39,7 +65,7 @@ func render(t *testing.T, overlay string) resmap.ResMap {
 func TestManifestsSchemaValid(t *testing.T) {
 	rendered := map[string][]byte{}
 	var gvks []gvk
-	for _, o := range overlays {
+	for _, o := range variants {
 		m := render(t, o)
 		y, err := m.AsYaml()
 		if err != nil {
@@ -73,7 +99,7 @@ func TestManifestsSchemaValid(t *testing.T) {
 		}
 		return valid, invalid, msgs
 	}
-	for _, o := range overlays {
+	for _, o := range variants {
 		t.Run(o, func(t *testing.T) {
 			valid, invalid, msgs := validate(o, rendered[o])
 			for _, m := range msgs {
@@ -117,9 +143,10 @@ spec:
 // workloads, budgets, autoscalers, probes, volumes and secrets the design
 // needs, in its own namespace, and every reference resolves.
 func TestManifestsShape(t *testing.T) {
-	for _, o := range overlays {
+	for _, o := range variants {
 		t.Run(o, func(t *testing.T) {
-			region := strings.TrimPrefix(o, "region-")
+			overlay, tls := strings.CutSuffix(o, "+tls")
+			region := strings.TrimPrefix(overlay, "region-")
 			ns := "willow-" + region
 			m := render(t, o)
 			byKind := map[string][]string{}
@@ -170,8 +197,16 @@ func TestManifestsShape(t *testing.T) {
 				}
 				for _, c := range pod["containers"].([]any) {
 					c := c.(map[string]any)
-					if dig(c, "readinessProbe", "grpc", "port") != int64(7000) && dig(c, "readinessProbe", "grpc", "port") != 7000 {
+					args := fmt.Sprint(c["args"])
+					switch {
+					case !tls && fmt.Sprint(dig(c, "readinessProbe", "grpc", "port")) != "7000":
 						t.Errorf("%s: readiness is not the gRPC health probe on 7000: %v", w, c["readinessProbe"])
+					case !tls && strings.Contains(args, "-tls-"):
+						t.Errorf("%s: TLS flags without the TLS component: %s", w, args)
+					case tls && dig(c, "readinessProbe", "httpGet", "path") != "/healthz":
+						t.Errorf("%s: with TLS, readiness is not the admin /healthz: %v", w, c["readinessProbe"])
+					case tls && !(strings.Contains(args, "-tls-cert=/etc/willow/tls/tls.crt") && strings.Contains(args, "-tls-key=/etc/willow/tls/tls.key") && strings.Contains(args, "-tls-ca=/etc/willow/tls/ca.crt")):
+						t.Errorf("%s: TLS component did not add the -tls flags: %s", w, args)
 					}
 					if !hasMount(c, "/etc/willow/tls") {
 						t.Errorf("%s: TLS secret not mounted", w)
