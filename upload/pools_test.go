@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"willow/media"
+	"willow/store"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -84,7 +85,13 @@ func TestPool2SpillOverBudgetThenDrain(t *testing.T) {
 }
 
 func TestPool2WhenStoreFailsThenDrain(t *testing.T) {
-	f := newFront(t, frontOpts{pools: true})
+	for name, mk := range stores(t) {
+		t.Run(name, func(t *testing.T) { testPool2WhenStoreFails(t, mk(t)) })
+	}
+}
+
+func testPool2WhenStoreFails(t *testing.T, st store.Store) {
+	f := newFront(t, frontOpts{pools: true, store: st})
 	ctx := ctxT(t)
 	data := photo(t)
 	f.store.down.Store(true)

@@ -86,7 +86,13 @@ func TestUploadCommitAndDuplicate(t *testing.T) {
 }
 
 func TestResumeAfterCutStream(t *testing.T) {
-	f := newFront(t, frontOpts{cfg: uploadCfgSmallSync()})
+	for name, mk := range stores(t) {
+		t.Run(name, func(t *testing.T) { testResume(t, mk(t)) })
+	}
+}
+
+func testResume(t *testing.T, backend store.Store) {
+	f := newFront(t, frontOpts{cfg: uploadCfgSmallSync(), store: backend})
 	ctx := ctxT(t)
 	data := bytes.Repeat(photo(t), 4) // a bit over 1 MiB
 	data = data[:3<<20/2]
