@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,6 +149,77 @@ func declaredFlags(t *testing.T, dir string) []string {
 			}
 			if lit, ok := call.Args[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
 				if name, err := strconv.Unquote(lit.Value); err == nil {
+					names = append(names, name)
+				}
+			}
+			return true
+		})
+	}
+	return names
+}
+
+// TestConfigFilesMatchBinaries checks every key of the per-role config files
+// in the willow-config ConfigMap is a yaml field the role's binary declares
+// (the binaries decode with KnownFields, so an unknown key stops a pod).
+func TestConfigFilesMatchBinaries(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("k8s", "base", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(b, &cm); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range binaries[:5] {
+		body, ok := cm.Data[role+".yaml"]
+		if !ok {
+			t.Errorf("willow-config has no %s.yaml", role)
+			continue
+		}
+		tags := yamlTags(t, filepath.Join("..", "cmd", role))
+		var doc map[string]any
+		if err := yaml.Unmarshal([]byte(body), &doc); err != nil {
+			t.Fatalf("%s.yaml: %v", role, err)
+		}
+		var walk func(prefix string, m map[string]any)
+		walk = func(prefix string, m map[string]any) {
+			for k, v := range m {
+				if !slices.Contains(tags, k) {
+					t.Errorf("%s.yaml: cmd/%s declares no field %s%s", role, role, prefix, k)
+				}
+				if sub, ok := v.(map[string]any); ok {
+					walk(prefix+k+".", sub)
+				}
+			}
+		}
+		walk("", doc)
+	}
+}
+
+// yamlTags returns the names in the `yaml:"..."` struct tags of a command's
+// non-test sources.
+func yamlTags(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(af, func(n ast.Node) bool {
+			if fld, ok := n.(*ast.Field); ok && fld.Tag != nil {
+				tag, _ := strconv.Unquote(fld.Tag.Value)
+				if name, _, _ := strings.Cut(reflect.StructTag(tag).Get("yaml"), ","); name != "" {
 					names = append(names, name)
 				}
 			}
