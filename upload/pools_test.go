@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"willow/media"
-	"willow/store"
 	willowv1 "willow/proto/willow/v1"
+	"willow/store"
 )
 
 func TestPool2SpillOverBudgetThenDrain(t *testing.T) {
