@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"willow/buffer"
 	"willow/compress"
 	"willow/internal/testenv"
 	"willow/media"
@@ -50,9 +51,23 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	deps := upload.Deps{Node: n, Store: st, Compress: willowv1.NewCompressClient(conn)}
+	if dir := os.Getenv("CHILD_POOLS"); dir != "" {
+		for i, dst := range []**buffer.Pool{&deps.Pool1, &deps.Pool2} {
+			p, err := buffer.Open(filepath.Join(dir, fmt.Sprint("pool", i+1)), buffer.Options{Name: fmt.Sprint("pool", i+1)})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			*dst = p
+		}
+	}
+	if os.Getenv("CHILD_POOL2_FORCE") == "1" {
+		n.ApplyFlex(&willowv1.FlexState{Version: 1, Level: "yellow", Knobs: map[string]string{"pool2": "force"}})
+	}
 	srv, err := upload.New(upload.Config{Secret: secret, StagingDir: os.Getenv("CHILD_STAGING"),
 		RetryMin: 100 * time.Millisecond, RetryMax: 300 * time.Millisecond, CompressTimeout: 20 * time.Second, PollInterval: 50 * time.Millisecond},
-		upload.Deps{Node: n, Store: st, Compress: willowv1.NewCompressClient(conn)})
+		deps)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -66,11 +81,12 @@ func runChild() int {
 	return 0
 }
 
-func startChild(t *testing.T, addr, staging, storeDir, compressAddr string) *exec.Cmd {
+func startChild(t *testing.T, addr, staging, storeDir, compressAddr string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "WILLOW_UPLOAD_CHILD=1", "CHILD_ADDR="+addr, "CHILD_STAGING="+staging,
 		"CHILD_STORE="+storeDir, "CHILD_COMPRESS="+compressAddr)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -166,4 +182,87 @@ func TestKill9AfterAckLosesNothing(t *testing.T) {
 	if _, err := f.client.Commit(ctx, &willowv1.CommitRequest{UploadId: "half", User: "kim"}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestKill9DuringPool2Drain(t *testing.T) {
+	dir := t.TempDir()
+	staging, storeDir, pools := filepath.Join(dir, "staging"), filepath.Join(dir, "store"), filepath.Join(dir, "pools")
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	compressAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) // never up: no variants
+	ctx := ctxT(t)
+	child := startChild(t, addr, staging, storeDir, compressAddr, "CHILD_POOLS="+pools, "CHILD_POOL2_FORCE=1")
+	conn, err := node.Dial(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	f := &front{t: t, client: willowv1.NewUploadClient(conn)}
+	data := photo(t)
+	const n = 30
+	ids := map[string]string{}
+	for i := range n {
+		up := fmt.Sprint("d", i)
+		body := append([]byte(nil), data...)
+		body = append(body, byte(i)) // distinct bytes per upload
+		r := f.mustUpload(ctx, up, "lee", body)
+		if r.GetLocation() != "pool2" {
+			t.Fatalf("pool2=force: location %q", r.GetLocation())
+		}
+		ids[up] = r.GetMediaId()
+	}
+	// Start a background drain and SIGKILL the front in the middle of it.
+	if _, err := f.client.Drain(ctx, &willowv1.DrainRequest{Pool: 2}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	_ = child.Process.Signal(syscall.SIGKILL)
+	_ = child.Wait()
+
+	startChild(t, addr, staging, storeDir, compressAddr, "CHILD_POOLS="+pools)
+	// Every acknowledged media is readable (from pool 2 or the store) ...
+	for up, id := range ids {
+		got, err := f.read(ctx, id, "raw")
+		if err != nil || len(got) != len(data)+1 {
+			t.Fatalf("%s after the kill: %d bytes, %v", up, len(got), err)
+		}
+	}
+	// ... and a second drain finishes the job exactly once.
+	dr, err := f.client.Drain(ctx, &willowv1.DrainRequest{Pool: 2, Wait: true})
+	if err != nil || dr.GetRemaining() != 0 {
+		t.Fatalf("Drain after restart = %v, %v", dr, err)
+	}
+	t.Logf("drained before the kill: %d, after: %d", n-dr.GetDrained(), dr.GetDrained())
+	st, err := fs.New(storeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for up, id := range ids {
+		mid, _ := media.Parse(id)
+		raw := storeBytes(t, st, media.RawKey(mid.Key))
+		if len(raw) != len(data)+1 || raw[len(raw)-1] != byte(mustAtoi(t, up[1:])) {
+			t.Fatalf("%s: wrong raw in the store", up)
+		}
+		m, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: id})
+		if err != nil || m.GetLocation() != "store" || m.GetMediaId() != id {
+			t.Fatalf("%s: GetMedia = %v, %v", up, m, err)
+		}
+		// Same upload ID again: the same media, nothing new.
+		b, err := f.client.Begin(ctx, &willowv1.BeginRequest{UploadId: up, Token: tok(t, "lee", "moments"), Business: "moments",
+			User: "lee", Kind: willowv1.Kind_KIND_IMAGE, Size: int64(len(raw)), Sha256: sum(raw)})
+		if err != nil || !b.GetCommitted() || b.GetMediaId() != id {
+			t.Fatalf("%s: Begin again = %v, %v", up, b, err)
+		}
+	}
+	s, err := f.client.BufferStatus(ctx, &willowv1.BufferStatusRequest{})
+	if err != nil || s.GetPools()[1].GetItems() != 0 {
+		t.Fatalf("BufferStatus = %v, %v", s, err)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
