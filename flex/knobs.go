@@ -47,7 +47,7 @@ type Knobs struct {
 // Default knob values of the normal level.
 const (
 	DefaultImageCodec          = "heic"
-	DefaultImageQuality        = 50 // chosen by the compress benchmark (BENCHMARKS.md, docs/compress.md)
+	DefaultImageQuality        = 55 // chosen by the compress benchmark (BENCHMARKS.md, docs/compress.md)
 	DefaultVideoBitrateKbps    = 1800
 	DefaultStoreWriteBudget    = 200
 	DefaultPool1DrainPerS      = 20
