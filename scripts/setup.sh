@@ -12,6 +12,8 @@ APT_PACKAGES=(
   ffmpeg              # video transcode and SSIM measurements
   libheif-examples    # heif-enc / heif-convert / heif-info
   libheif-dev         # libheif headers (cgo decode of HEIC input)
+  libjpeg62-turbo-dev # libjpeg-turbo headers (cgo JPEG decode with DCT scaling, compress/)
+  pkg-config          # cgo pkg-config lookups (libheif)
   libvips-tools       # vipsthumbnail, the compress benchmark baseline
   nginx-light         # the edge-cache benchmark baseline
   protobuf-compiler   # protoc for `make proto`
