@@ -1,0 +1,29 @@
+// Package faults holds Willow's fault suite (tests only): it starts a
+// deploy/local two-region cluster as separate processes with a real
+// redis-server and versitygw, runs the load generator at a low steady
+// rate, and kill -9s each role in turn — an upload front mid-stream, a
+// compress worker mid-task, an edge cache, a master, Redis for 10 s, the
+// S3 server for 20 s — restarting each afterwards.
+//
+// It asserts, per step:
+//
+//   - zero acknowledged uploads lost: every media ID the load generator
+//     got an acknowledgement for downloads at the end with the SHA-256 it
+//     uploaded (loadgen's verify);
+//   - client success at least 99% with retries on, counting succeeded
+//     against failed plus rejected uploads and downloads made (by arrival
+//     second) while at least one region was healthy: every second for node
+//     and master kills, and every second outside [kill, restart + 5 s] for
+//     Redis and S3, which every region depends on. Downloads answered
+//     NotFound (variants not ready yet) and arrivals the generator dropped
+//     itself are counted in neither;
+//   - a killed node leaves the healthy set in ListNodes within 3 s;
+//   - the node, and then every node, is healthy again after the restart.
+//
+// A last step sets retries=off, kills a front and an edge cache, and
+// checks that failures show while nothing acknowledged is lost.
+//
+// It takes about five minutes on a 2-core box, so it runs only when
+// WILLOW_FAULTS=1 (`make test-faults` sets it); otherwise it skips with
+// that message.
+package faults
