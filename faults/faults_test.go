@@ -13,8 +13,8 @@ import (
 
 	"willow/client"
 	"willow/loadgen"
-	"willow/rpcstatus"
 	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
 	"willow/token"
 )
 
