@@ -123,13 +123,14 @@ func encodeHEIC(img *image.NRGBA, quality int, preset string) ([]byte, error) {
 // HEIF transformations (irot, imir, clap) applied, so the result is upright.
 // maxPixels is checked against the primary image before decoding.
 func decodeHEIC(data []byte, maxPixels int64) (*image.NRGBA, error) {
+	// The context reads cdata in place, so cdata is freed after it.
+	cdata := C.CBytes(data)
+	defer C.free(cdata)
 	ctx := C.heif_context_alloc()
 	if ctx == nil {
 		return nil, errors.New("libheif: context alloc failed")
 	}
 	defer C.heif_context_free(ctx)
-	cdata := C.CBytes(data)
-	defer C.free(cdata)
 	if err := heifErr("read", C.heif_context_read_from_memory_without_copy(ctx, cdata, C.size_t(len(data)), nil)); err != nil {
 		return nil, fmt.Errorf("%v: %w", err, ErrCorrupt)
 	}
