@@ -1,0 +1,89 @@
+package fs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"willow/store"
+	"willow/store/fs"
+)
+
+func TestStoreContract(t *testing.T) {
+	ctx := context.Background()
+	s, err := fs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("willow"), 1000)
+	if err := s.Put(ctx, "raw/abc", bytes.NewReader(data), int64(len(data)), "image/jpeg"); err != nil {
+		t.Fatal(err)
+	}
+	rc, info, err := s.Get(ctx, "raw/abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if !bytes.Equal(got, data) || info.Size != int64(len(data)) || info.ContentType != "image/jpeg" {
+		t.Fatalf("get: %d bytes, info %+v", len(got), info)
+	}
+	// Overwrite is atomic and takes the new type.
+	if err := s.Put(ctx, "raw/abc", strings.NewReader("x"), -1, "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Stat(ctx, "raw/abc"); err != nil || info.Size != 1 || info.ContentType != "text/plain" {
+		t.Fatalf("stat after overwrite: %+v %v", info, err)
+	}
+	if err := s.Delete(ctx, "raw/abc"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "raw/abc"); err != nil {
+		t.Fatalf("deleting a missing object: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "raw/abc"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get deleted: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Stat(ctx, "v/none"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("stat missing: %v", err)
+	}
+}
+
+func TestPutRejects(t *testing.T) {
+	ctx := context.Background()
+	s, err := fs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		key  string
+		size int64
+		ctx  func() context.Context
+	}{
+		{"size mismatch", "raw/short", 99, func() context.Context { return ctx }},
+		{"dot-dot key", "../escape", -1, func() context.Context { return ctx }},
+		{"absolute key", "/etc/passwd", -1, func() context.Context { return ctx }},
+		{"empty key", "", -1, func() context.Context { return ctx }},
+		{"cancelled", "raw/cancelled", -1, func() context.Context {
+			c, cancel := context.WithCancel(ctx)
+			cancel()
+			return c
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := s.Put(tc.ctx(), tc.key, strings.NewReader("hello"), tc.size, ""); err == nil {
+				t.Fatal("accepted")
+			}
+			if tc.key != "" && !strings.Contains(tc.key, "..") && !strings.HasPrefix(tc.key, "/") {
+				if _, err := s.Stat(ctx, tc.key); !errors.Is(err, store.ErrNotFound) {
+					t.Fatalf("a failed put left an object: %v", err)
+				}
+			}
+		})
+	}
+}
