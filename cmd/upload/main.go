@@ -87,6 +87,7 @@ type FileConfig struct {
 		MaxPixels       int64         `yaml:"max_pixels"`
 		Businesses      []string      `yaml:"businesses"`
 		CompressTimeout time.Duration `yaml:"compress_timeout"`
+		CommitWait      time.Duration `yaml:"commit_wait"`
 		StoreTimeout    time.Duration `yaml:"store_timeout"`
 		StagingTTL      time.Duration `yaml:"staging_ttl"`
 		RetryMin        time.Duration `yaml:"retry_min"`
@@ -125,6 +126,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	s3Bucket := fset.String("s3-bucket", "", "S3 bucket")
 	s3Access := fset.String("s3-access-key", "", "S3 access key")
 	s3Secret := fset.String("s3-secret-key", "", "S3 secret key")
+	commitWait := fset.Duration("commit-wait", 0, "how long Commit waits for the first compress attempt to list variants (default: the compress timeout; negative: do not wait)")
 	tlsCert := fset.String("tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
 	tlsKey := fset.String("tls-key", "", "PEM private key of -tls-cert")
 	tlsCA := fset.String("tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
@@ -165,6 +167,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	set(&uc.Staging, *staging)
 	set(&uc.PoolDir, *poolDir)
 	set(&sc.Dir, *storeDir)
+	if *commitWait != 0 {
+		uc.CommitWait = *commitWait
+	}
 	set(&sc.S3.Endpoint, *s3Endpoint)
 	set(&sc.S3.Bucket, *s3Bucket)
 	set(&sc.S3.AccessKey, *s3Access)
@@ -245,7 +250,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	srv, err := upload.New(upload.Config{
 		Secret: []byte(uc.Secret), StagingDir: uc.Staging, MaxImageBytes: uc.MaxImageBytes, MaxVideoBytes: uc.MaxVideoBytes,
-		MaxPixels: uc.MaxPixels, Businesses: uc.Businesses, CompressTimeout: uc.CompressTimeout, StoreTimeout: uc.StoreTimeout,
+		MaxPixels: uc.MaxPixels, Businesses: uc.Businesses, CompressTimeout: uc.CompressTimeout, CommitWait: uc.CommitWait, StoreTimeout: uc.StoreTimeout,
 		StagingTTL: uc.StagingTTL, RetryMin: uc.RetryMin, RetryMax: uc.RetryMax, Logger: log,
 	}, deps)
 	if err != nil {

@@ -14,6 +14,11 @@
 # and returns once `willow nodes` shows every node healthy. Stop it with
 # deploy/local/down.sh DIR; restart one process with restart.sh DIR NAME.
 #
+# Upload fronts wait at most 2 s (WILLOW_LOCAL_COMMIT_WAIT) in Commit for the
+# first compress attempt: on a 2-core box HEIC compression runs several
+# seconds a photo, and waiting the default 30 s would make commits as slow as
+# the compress backlog (the acknowledgement never depends on it).
+#
 # Environment: WILLOW_LOCAL_PORT, WILLOW_LOCAL_NOBUILD=1 (reuse DIR/bin),
 # WILLOW_LOCAL_TLS_CERT/_KEY/_CA (serve every gRPC listener over TLS; the
 # certificate needs the IP SANs of all the addresses above).
@@ -96,7 +101,7 @@ for r in a b; do
 		mkdir -p "$DIR/data/upload-$r-$k"
 		start "upload-$r-$k" upload "$r" "$ip:$BASE" "$BIN/upload" -id "upload-$r-$k" -region "$r" \
 			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -master "$MASTERS" -redis "$REDIS_URL" \
-			-secret "$UPLOAD_SECRET" -staging "$DIR/data/upload-$r-$k/staging" -pool-dir "$DIR/data/upload-$r-$k/pools" \
+			-commit-wait "${WILLOW_LOCAL_COMMIT_WAIT:-2s}" -secret "$UPLOAD_SECRET" -staging "$DIR/data/upload-$r-$k/staging" -pool-dir "$DIR/data/upload-$r-$k/pools" \
 			"${S3[@]}" "${TLS[@]}"
 		ip=127.0.$net.$((20 + k))
 		start "edgecache-$r-$k" edgecache "$r" "$ip:$BASE" "$BIN/edgecache" -id "edgecache-$r-$k" -region "$r" \
