@@ -23,6 +23,10 @@
 // A last step sets retries=off, kills a front and an edge cache, and
 // checks that failures show while nothing acknowledged is lost.
 //
+// TestTLSMains (not gated, about 15 s) runs the real master and compress
+// binaries with -tls-cert -tls-key -tls-ca: registration and probes work
+// over mutual TLS, plaintext and certificate-less clients are refused.
+//
 // It takes about five minutes on a 2-core box, so it runs only when
 // WILLOW_FAULTS=1 (`make test-faults` sets it); otherwise it skips with
 // that message.

@@ -20,8 +20,9 @@
 # the compress backlog (the acknowledgement never depends on it).
 #
 # Environment: WILLOW_LOCAL_PORT, WILLOW_LOCAL_NOBUILD=1 (reuse DIR/bin),
-# WILLOW_LOCAL_TLS_CERT/_KEY/_CA (serve every gRPC listener over TLS; the
-# certificate needs the IP SANs of all the addresses above).
+# WILLOW_LOCAL_COMMIT_WAIT, WILLOW_LOCAL_WAIT (seconds to wait for health,
+# default 60). It runs plaintext: the willow CLI it waits with dials without
+# TLS.
 set -euo pipefail
 [[ $# -eq 1 ]] || { echo "usage: $0 DIR" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,11 +48,6 @@ if [[ ${WILLOW_LOCAL_NOBUILD:-} != 1 ]]; then
 fi
 BIN=$DIR/bin
 
-TLS=()
-if [[ -n ${WILLOW_LOCAL_TLS_CERT:-} ]]; then
-	TLS=(-tls-cert "$WILLOW_LOCAL_TLS_CERT" -tls-key "$WILLOW_LOCAL_TLS_KEY")
-	[[ -n ${WILLOW_LOCAL_TLS_CA:-} ]] && TLS+=(-tls-ca "$WILLOW_LOCAL_TLS_CA")
-fi
 
 # Infrastructure.
 mkdir -p "$DIR/data/redis" "$DIR/data/s3"
@@ -81,14 +77,14 @@ for ip in "${MASTER_IPS[@]}"; do
 	((i == 1)) && console=(-console "$ip:$((BASE + 2))")
 	start "master-$i" master - "$ip:$BASE" "$BIN/master" -config "$DIR/run/master.yaml" -id "master-$i" \
 		-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" "${console[@]}" -redis "$REDIS_URL" \
-		-oncall-token "$ONCALL_TOKEN" "${TLS[@]}"
+		-oncall-token "$ONCALL_TOKEN"
 done
 for ip in "${MASTER_IPS[@]}"; do
 	wait_tcp "$ip" "$BASE" 20 || die "master on $ip did not start (see $DIR/logs)"
 done
 
 start timeline-1 timeline a "$TIMELINE_IP:$BASE" "$BIN/timeline" -id timeline-1 -region a \
-	-grpc "$TIMELINE_IP:$BASE" -admin "$TIMELINE_IP:$((BASE + 1))" -master "$MASTERS" -redis "$REDIS_URL" "${TLS[@]}"
+	-grpc "$TIMELINE_IP:$BASE" -admin "$TIMELINE_IP:$((BASE + 1))" -master "$MASTERS" -redis "$REDIS_URL"
 
 for r in a b; do
 	net=1
@@ -96,17 +92,17 @@ for r in a b; do
 	for k in 1 2; do
 		ip=127.0.$net.$((10 + k))
 		start "compress-$r-$k" compress "$r" "$ip:$BASE" "$BIN/compress" -id "compress-$r-$k" -region "$r" \
-			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -master "$MASTERS" -workers 1 "${S3[@]}" "${TLS[@]}"
+			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -master "$MASTERS" -workers 1 "${S3[@]}"
 		ip=127.0.$net.$k
 		mkdir -p "$DIR/data/upload-$r-$k"
 		start "upload-$r-$k" upload "$r" "$ip:$BASE" "$BIN/upload" -id "upload-$r-$k" -region "$r" \
 			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -master "$MASTERS" -redis "$REDIS_URL" \
 			-commit-wait "${WILLOW_LOCAL_COMMIT_WAIT:-2s}" -secret "$UPLOAD_SECRET" -staging "$DIR/data/upload-$r-$k/staging" -pool-dir "$DIR/data/upload-$r-$k/pools" \
-			"${S3[@]}" "${TLS[@]}"
+			"${S3[@]}"
 		ip=127.0.$net.$((20 + k))
 		start "edgecache-$r-$k" edgecache "$r" "$ip:$BASE" "$BIN/edgecache" -id "edgecache-$r-$k" -region "$r" \
 			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -http "$ip:$((BASE + 2))" -master "$MASTERS" \
-			-capacity $((64 << 20)) "${S3[@]}" "${TLS[@]}"
+			-capacity $((64 << 20)) "${S3[@]}"
 	done
 done
 write_cluster_json
