@@ -39,6 +39,9 @@ type localCluster struct {
 	router *client.Router
 	client *client.Client
 	secret []byte
+	// probe uploads acknowledged so far (all steps), checked at the end.
+	probeIDs []probed
+	probeSeq int
 }
 
 // repoRoot is the module root (this package lives one level down).
@@ -264,5 +267,46 @@ func (c *localCluster) setRetries(v string) {
 		Knobs: map[string]string{"retries": v}, Reason: "fault suite: retries=" + v})
 	if err != nil {
 		c.t.Fatalf("SetFlex retries=%s: %v", v, err)
+	}
+}
+
+// masterAnswers waits until the master process name alone answers
+// ListNodes listing every service node.
+func (c *localCluster) masterAnswers(name string, timeout time.Duration) (time.Duration, error) {
+	var addr string
+	b, err := os.ReadFile(filepath.Join(c.dir, "run", name+".meta"))
+	if err != nil {
+		return 0, err
+	}
+	if f := strings.Fields(string(b)); len(f) == 3 {
+		addr = f[2]
+	}
+	want := 0
+	for _, n := range c.file.Nodes {
+		if n.Role != "master" && n.Role != "redis" && n.Role != "s3" {
+			want++
+		}
+	}
+	conn, err := node.Dial(addr, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	mc := willowv1.NewMasterClient(conn)
+	start := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := mc.ListNodes(ctx, &willowv1.ListNodesRequest{})
+		cancel()
+		if err == nil && len(resp.GetNodes()) >= want {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			if err == nil {
+				err = fmt.Errorf("lists %d nodes, want %d", len(resp.GetNodes()), want)
+			}
+			return time.Since(start), err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,6 +143,21 @@ func TestFaults(t *testing.T) {
 	}
 	t.Run("upload front mid-stream", func(t *testing.T) { midStream(t, c) })
 	t.Run("retries off", func(t *testing.T) { retriesOff(t, c) })
+	t.Run("probe uploads intact", func(t *testing.T) {
+		c.t = t
+		lost := 0
+		for _, p := range c.probeIDs {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			h := sha256.New()
+			_, err := c.client.Download(ctx, p.id, "raw", h)
+			cancel()
+			if err != nil || hex.EncodeToString(h.Sum(nil)) != p.sha {
+				lost++
+				t.Errorf("probe upload %s: %v (sha256 match %v)", p.id, err, err == nil && hex.EncodeToString(h.Sum(nil)) == p.sha)
+			}
+		}
+		t.Logf("%d probe uploads, %d not downloadable intact at the end", len(c.probeIDs), lost)
+	})
 	if d, ok := c.waitAllHealthy(recoverWithin); !ok {
 		t.Errorf("not every node healthy %v after the suite", d)
 	}
@@ -154,7 +170,7 @@ func runStep(t *testing.T, c *localCluster, st faultStep) {
 		t.Fatalf("cluster not healthy before the step (%v)", d)
 	}
 	start, done, errc := runLoad(c, st.load, 1, 3)
-	stopProbe := probeErrors(t, c)
+	stopProbe := startProber(t, c)
 	time.Sleep(st.killAt)
 	if st.before != nil {
 		t.Log(st.before(t, c))
@@ -196,6 +212,13 @@ func runStep(t *testing.T, c *localCluster, st faultStep) {
 			t.Logf("%s healthy again %v after its restart", st.node, d.Round(10*time.Millisecond))
 		}
 	}
+	if st.proc == "master-1" {
+		if d, err := c.masterAnswers(st.proc, recoverWithin); err != nil {
+			t.Errorf("restarted master-1 does not answer ListNodes with every node after %v: %v", d, err)
+		} else {
+			t.Logf("restarted master-1 answers ListNodes with every node %v after its restart", d.Round(10*time.Millisecond))
+		}
+	}
 	if d, ok := c.waitAllHealthy(recoverWithin); !ok {
 		t.Errorf("cluster not all healthy %v after the restart of %s", d, st.proc)
 	} else {
@@ -205,18 +228,23 @@ func runStep(t *testing.T, c *localCluster, st faultStep) {
 		t.Errorf("load run: %v", err)
 	}
 	rep := <-done
-	stopProbe()
+	probes := stopProbe()
 	var excl [][2]time.Duration
 	if st.shared {
 		excl = append(excl, [2]time.Duration{killT.Sub(start), restartT.Sub(start) + settle})
 	}
 	ok, bad := counted(rep, excl)
 	allOK, allBad := counted(rep, nil)
+	pOK, pBad := countProbes(probes, start, excl)
+	pAllOK, pAllBad := countProbes(probes, start, nil)
+	t.Logf("probe (raw downloads, uploads every 3 s): %d/%d counted (%.2f%%), %d/%d overall",
+		pOK, pOK+pBad, pct(pOK, pBad), pAllOK, pAllOK+pAllBad)
+	t.Logf("load generator: %d/%d counted (%.2f%%), %d/%d overall", ok, ok+bad, pct(ok, bad), allOK, allOK+allBad)
+	ok, bad = ok+pOK, bad+pBad
 	tot := rep.Totals
 	t.Logf("load %v: uploads ok %d failed %d rejected %d; downloads ok %d failed %d rejected %d not-ready %d; lost %d pending %d",
 		st.load, tot.Upload.Succeeded, tot.Upload.Failed, tot.Upload.Rejected, tot.Download.Succeeded, tot.Download.Failed,
 		tot.Download.Rejected, tot.Download.NotReady, tot.Lost, tot.Pending)
-	t.Logf("success %d/%d counted (%.2f%%), %d/%d overall", ok, ok+bad, pct(ok, bad), allOK, allOK+allBad)
 	if tot.Lost != 0 {
 		t.Errorf("%d acknowledged uploads lost (not downloadable with their SHA-256)", tot.Lost)
 	}
@@ -232,35 +260,129 @@ func runStep(t *testing.T, c *localCluster, st faultStep) {
 	}
 }
 
-// probeErrors runs a second, slower uploader (one every 2 s, same router
-// settings as the load) beside the load generator, only to log the exact
-// error of every failed upload: the generator's report counts failures
-// but keeps no reasons for them.
-func probeErrors(t *testing.T, c *localCluster) (stop func()) {
-	photo, err := os.ReadFile(filepath.Join(filepath.Dir(mustWd()), "..", "shared", "testdata", "photos", "Bridge_by_Sander_Klootwijk.jpg"))
-	if err != nil {
-		t.Fatal(err)
+// The prober runs beside the load generator with the same router: an
+// upload every 3 s (photos in turn) and a download of the raw original
+// of a random earlier probe upload every 500 ms. The generator downloads
+// thumb and medium variants, which on a 2-core box mostly wait behind the
+// compress backlog (NotFound, not counted); the raw downloads exercise
+// the edge caches, pools and store during every fault. Its requests are
+// counted like the generator's, and every failure is logged with its
+// exact status, which the generator's report does not keep.
+type probeRec struct {
+	at  time.Time
+	ok  bool
+	err string
+}
+
+type probed struct {
+	id, sha string
+}
+
+func startProber(t *testing.T, c *localCluster) (stop func() []probeRec) {
+	photos, err := filepath.Glob(filepath.Join(filepath.Dir(mustWd()), "..", "shared", "testdata", "photos", "*.jpg"))
+	if err != nil || len(photos) == 0 {
+		t.Fatalf("no photos: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	var mu sync.Mutex
+	var recs []probeRec
+	add := func(at time.Time, kind string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		r := probeRec{at: at, ok: err == nil}
+		if err != nil && ctx.Err() == nil {
+			r.err = kind + ": " + rpcstatus.Line(err)
+			t.Logf("probe %s failed after %v: %s", kind, time.Since(at).Round(time.Millisecond), rpcstatus.Line(err))
+		}
+		if ctx.Err() == nil {
+			recs = append(recs, r)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
+			c.probeSeq++
+			photo, err := os.ReadFile(photos[c.probeSeq%len(photos)])
+			if err != nil {
+				t.Error(err)
+				return
+			}
 			cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 			t0 := time.Now()
-			_, err := c.client.Upload(cctx, bytes.NewReader(photo), int64(len(photo)), client.UploadOptions{
+			res, err := c.client.Upload(cctx, bytes.NewReader(photo), int64(len(photo)), client.UploadOptions{
 				UploadID: fmt.Sprintf("probe-%d-%d", t0.UnixNano(), i), User: "u-probe", Business: "moments", Filename: "p.jpg"})
 			ccancel()
-			if err != nil && ctx.Err() == nil {
-				t.Logf("probe upload failed after %v: %s", time.Since(t0).Round(time.Millisecond), rpcstatus.Line(err))
+			add(t0, "upload", err)
+			if err == nil {
+				sum := sha256.Sum256(photo)
+				mu.Lock()
+				c.probeIDs = append(c.probeIDs, probed{res.ID, hex.EncodeToString(sum[:])})
+				mu.Unlock()
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(2 * time.Second):
+			case <-time.After(3 * time.Second):
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			mu.Lock()
+			var p probed
+			if n := len(c.probeIDs); n > 0 {
+				p = c.probeIDs[(i*7919)%n]
+			}
+			mu.Unlock()
+			if p.id != "" {
+				cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+				t0 := time.Now()
+				h := sha256.New()
+				_, err := c.client.Download(cctx, p.id, "raw", h)
+				ccancel()
+				if err == nil && hex.EncodeToString(h.Sum(nil)) != p.sha {
+					err = fmt.Errorf("download %s: sha256 mismatch", p.id)
+				}
+				add(t0, "download", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []probeRec {
+		cancel()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return recs
+	}
+}
+
+// countProbes counts probe requests outside the excluded windows
+// (offsets from start).
+func countProbes(recs []probeRec, start time.Time, excluded [][2]time.Duration) (ok, bad int) {
+	for _, r := range recs {
+		at := r.at.Sub(start)
+		skip := false
+		for _, w := range excluded {
+			if at >= w[0] && at < w[1] {
+				skip = true
+			}
+		}
+		if skip {
+			continue
+		}
+		if r.ok {
+			ok++
+		} else {
+			bad++
+		}
+	}
+	return ok, bad
 }
 
 func pct(ok, bad int) float64 {
@@ -371,6 +493,7 @@ func retriesOff(t *testing.T, c *localCluster) {
 	defer c.setRetries("on")
 	time.Sleep(6 * time.Second) // clients learn knobs with Route (TTL 5 s)
 	start, done, errc := runLoad(c, 25*time.Second, 2, 4)
+	stopProbe := startProber(t, c)
 	time.Sleep(4 * time.Second)
 	killT := c.kill("upload-a-1")
 	c.kill("edgecache-a-1")
@@ -384,9 +507,12 @@ func retriesOff(t *testing.T, c *localCluster) {
 		t.Errorf("load run: %v", err)
 	}
 	rep := <-done
-	_ = start
+	probes := stopProbe()
 	tot := rep.Totals
 	ok, bad := counted(rep, nil)
+	pOK, pBad := countProbes(probes, start, nil)
+	t.Logf("retries=off probe: %d/%d ok", pOK, pOK+pBad)
+	ok, bad = ok+pOK, bad+pBad
 	t.Logf("retries=off: uploads ok %d failed %d rejected %d; downloads ok %d failed %d not-ready %d; lost %d; success %.2f%%",
 		tot.Upload.Succeeded, tot.Upload.Failed, tot.Upload.Rejected, tot.Download.Succeeded, tot.Download.Failed,
 		tot.Download.NotReady, tot.Lost, pct(ok, bad))
