@@ -12,18 +12,20 @@ import (
 
 // Defaults. Pool sizing rule (DESIGN.md section 2, docs/compress.md):
 //
-//	Workers  = cores (tasks are CPU-bound; x265 and ffmpeg thread inside one task)
-//	QueueLen = peak tasks/s x seconds per task + headroom, capped so that
-//	           QueueLen / Workers x seconds per task < TaskTimeout
+//	Workers            = cores (tasks are CPU-bound; x265 and ffmpeg thread inside one task)
+//	Workers + QueueLen = peak tasks/s x seconds per task + headroom
+//	                     (Little's law: the tasks inside the box at peak),
+//	                     capped so that QueueLen / Workers x seconds per task < TaskTimeout
 //
-// Measured here (BENCHMARKS.md "Compress"): about 1.1 s CPU for the three
-// HEIC presets of a 12 MP photo, 0.5 s on the JPEG q50 path; one 2-core box
-// therefore does about 2 photo tasks/s on HEIC and 4/s on JPEG. At a peak of
-// 4 tasks/s x 0.5 s = 2 busy workers, plus headroom for a burst of 1.5 s of
-// arrivals (6 tasks) gives QueueLen 8; a queued task then waits at most
-// 8 / 2 x 1.1 s ≈ 4.4 s, well inside TaskTimeout. Anything beyond is shed
-// with RESOURCE_EXHAUSTED and retried by the upload front from its durable
-// record, which is cheaper than letting tasks time out in the queue.
+// Measured here (BENCHMARKS.md "Compress", 19 photos, decode + 3 presets):
+// 2.8 s CPU per photo on HEIC q55 (x265 threads use both cores), 0.32 s on
+// the JPEG q50 flex path, and 12-13 s of ffmpeg CPU for a 20 s video. One
+// 2-core box therefore does about 0.7 HEIC photo tasks/s and about 6 JPEG
+// ones. QueueLen 8 covers a burst of a few seconds of arrivals; a queued
+// task then waits at most 8 / 2 x 2.8 s ≈ 11 s on HEIC (≈ 1.3 s on JPEG),
+// well inside TaskTimeout. Anything beyond is shed with RESOURCE_EXHAUSTED
+// and retried by the upload front from its durable record, which is cheaper
+// than letting tasks time out in the queue.
 const (
 	DefaultQueueLen      = 8
 	DefaultTaskTimeout   = 2 * time.Minute
