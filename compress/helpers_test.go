@@ -121,8 +121,9 @@ func orientFixture(t *testing.T, o int) []byte {
 func gradient(w, h int) *image.NRGBA {
 	img := image.NewNRGBA(image.Rect(0, 0, w, h))
 	for y := 0; y < h; y++ {
+		row := img.Pix[y*img.Stride:]
 		for x := 0; x < w; x++ {
-			img.SetNRGBA(x, y, color.NRGBA{uint8(x * 255 / w), uint8(y * 255 / h), uint8((x ^ y) & 255), 255})
+			row[4*x], row[4*x+1], row[4*x+2], row[4*x+3] = uint8(x*255/w), uint8(y*255/h), uint8((x^y)&255), 255
 		}
 	}
 	return img

@@ -228,7 +228,7 @@ func TestHEICDecodesWithHeifConvert(t *testing.T) {
 	}
 }
 
-// TestMemoryBound runs the 20 MP photo through the JPEG and HEIC paths and
+// TestMemoryBound runs the 20 MP photo through the pipeline and
 // checks the Go heap stays under 512 MiB (peak sampled, and the total
 // allocated by the task as an upper bound).
 func TestMemoryBound(t *testing.T) {
@@ -237,7 +237,9 @@ func TestMemoryBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	const limit = 512 << 20
-	for _, codec := range []string{compress.CodecJPEG, compress.CodecHEIC} {
+	// Only the JPEG codec: both paths share decode and resize, and x265's
+	// memory is C memory that MemStats does not see.
+	for _, codec := range []string{compress.CodecJPEG} {
 		t.Run(codec, func(t *testing.T) {
 			runtime.GC()
 			var before runtime.MemStats

@@ -61,7 +61,7 @@ func TestCompressWritesVariants(t *testing.T) {
 	}
 	// return_data: bytes inline, nothing written.
 	other := "fedcba9876543210fedcba9876543210"
-	resp, err = e.cli.Compress(ctx, &willowv1.CompressRequest{MediaId: "p1.a.upload-a-1." + other, Kind: willowv1.Kind_KIND_IMAGE, Data: raw, ReturnData: true})
+	resp, err = e.cli.Compress(ctx, &willowv1.CompressRequest{MediaId: "p1.a.upload-a-1." + other, Kind: willowv1.Kind_KIND_IMAGE, Data: jpegOf(t, gradient(400, 300), 90), ReturnData: true})
 	if err != nil {
 		t.Fatal(err)
 	}
