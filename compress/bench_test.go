@@ -162,7 +162,7 @@ func BenchmarkPhotos(b *testing.B) {
 					b.Fatal(err)
 				}
 				ref := refs[i]
-				if cfg := imageConfig(b, out); cfg.Width != configOf(b, ref).Width || cfg.Height != configOf(b, ref).Height {
+				if cfg, rc := imageConfig(b, out), imageConfig(b, ref); cfg.Width != rc.Width || cfg.Height != rc.Height {
 					ref = scaleTo(b, dir, ref, cfg)
 				}
 				v.ssim[i] += ssimOf(b, dir, ref, compress.Output{Data: data})
@@ -201,8 +201,6 @@ func imageConfig(tb testing.TB, p string) image.Config {
 	}
 	return c
 }
-
-func configOf(tb testing.TB, p string) image.Config { return imageConfig(tb, p) }
 
 // scaleTo makes a copy of ref at cfg's size (for SSIM of vips outputs that
 // round a dimension differently).
