@@ -137,7 +137,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 
 	// Master.
-	mn, err := c.newNode("master-1", "master", "", "")
+	mn, err := c.newNode("master-1", "master", "", "", nodeLoad{})
 	if err != nil {
 		return nil, err
 	}
@@ -175,11 +175,17 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 		c.closers = append(c.closers, func() { router.Close() })
 
-		cn, err := c.newNode("compress-"+region+"-1", "compress", region, masterAddr)
+		var cs *compress.Server
+		cn, err := c.newNode("compress-"+region+"-1", "compress", region, masterAddr, nodeLoad{queueMs: func() float64 {
+			if cs == nil {
+				return 0
+			}
+			return cs.QueueMs()
+		}})
 		if err != nil {
 			return nil, err
 		}
-		cs, err := compress.New(compress.Config{TempDir: filepath.Join(cfg.Dir, "tmp")}, compress.Deps{Node: cn, Store: st})
+		cs, err = compress.New(compress.Config{TempDir: filepath.Join(cfg.Dir, "tmp")}, compress.Deps{Node: cn, Store: st})
 		if err != nil {
 			return nil, err
 		}
@@ -187,7 +193,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		c.run(cs.Run)
 		reg.Compress = cn.Addr()
 
-		un, err := c.newNode("upload-"+region+"-1", "upload", region, masterAddr)
+		un, err := c.newNode("upload-"+region+"-1", "upload", region, masterAddr, nodeLoad{})
 		if err != nil {
 			return nil, err
 		}
@@ -212,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		c.run(us.Run)
 		reg.Upload = un.Addr()
 
-		en, err := c.newNode("edgecache-"+region+"-1", "edgecache", region, masterAddr)
+		en, err := c.newNode("edgecache-"+region+"-1", "edgecache", region, masterAddr, nodeLoad{})
 		if err != nil {
 			return nil, err
 		}
@@ -229,12 +235,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 
 	// Timeline.
 	var ts *timeline.Server
-	tn, err := c.newNode("timeline-"+cfg.Regions[0]+"-1", "timeline", cfg.Regions[0], masterAddr, func() map[string]float64 {
+	tn, err := c.newNode("timeline-"+cfg.Regions[0]+"-1", "timeline", cfg.Regions[0], masterAddr, nodeLoad{gauges: func() map[string]float64 {
 		if ts == nil {
 			return nil
 		}
 		return ts.Gauges()
-	})
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -256,14 +262,19 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 }
 
 // newNode builds a node with the shared shedding interceptors installed.
-func (c *Cluster) newNode(id, role, region, masterAddr string, gauges ...func() map[string]float64) (*node.Node, error) {
+// nodeLoad are the role-specific load figures a node reports.
+type nodeLoad struct {
+	gauges  func() map[string]float64
+	queueMs func() float64
+}
+
+func (c *Cluster) newNode(id, role, region, masterAddr string, load nodeLoad) (*node.Node, error) {
 	cfg := node.Config{
 		ID: id, Role: role, Region: region, MasterAddr: masterAddr,
 		HeartbeatInterval: c.cfg.HeartbeatInterval,
 		Logger:            c.cfg.Logger,
-	}
-	if len(gauges) > 0 {
-		cfg.Gauges = gauges[0]
+		Gauges:            load.gauges,
+		QueueMs:           load.queueMs,
 	}
 	if role != "master" {
 		sc := shedding.ServiceConfig()
