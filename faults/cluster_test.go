@@ -124,7 +124,7 @@ func startCluster(t *testing.T) *localCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.router.Close() })
-	c.client = &client.Client{Router: c.router, CallTimeout: 30 * time.Second, Token: func(u, b string) (string, error) {
+	c.client = &client.Client{Router: c.router, CallTimeout: time.Minute, Token: func(u, b string) (string, error) {
 		return token.Sign(c.secret, u, b, time.Now().Add(time.Hour))
 	}}
 	return c

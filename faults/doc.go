@@ -11,15 +11,20 @@
 //     got an acknowledgement for downloads at the end with the SHA-256 it
 //     uploaded (loadgen's verify);
 //   - client success at least 99% with retries on, counting succeeded
-//     against failed plus rejected uploads and downloads made (by arrival
-//     second) while at least one region was healthy: every second for node
-//     and master kills, and every second outside [kill, restart + 5 s] for
-//     Redis and S3, which every region depends on. Downloads answered
-//     NotFound (variants not ready yet) and arrivals the generator dropped
-//     itself are counted in neither;
+//     against failed plus rejected requests made (by start time) while at
+//     least one region was healthy: every second for node and master
+//     kills, and outside [kill, restart + 5 s] for Redis and S3, which
+//     every region depends on. Requests are the load generator's uploads
+//     and thumb/medium downloads plus a prober's (an upload every 3 s and a
+//     raw download of an earlier probe upload every 500 ms, which keeps the
+//     edge path exercised while compress is backlogged and logs the exact
+//     status of every failure). Downloads answered NotFound (variants not
+//     ready yet) and arrivals the generator dropped itself count in
+//     neither;
 //   - a killed node leaves the healthy set in ListNodes within 3 s;
 //   - the node, and then every node, is healthy again after the restart.
 //
+// Probe uploads are checked intact (raw, SHA-256) at the end of the suite.
 // A last step sets retries=off, kills a front and an edge cache, and
 // checks that failures show while nothing acknowledged is lost.
 //
