@@ -382,7 +382,7 @@ func (s *Server) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := s.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := node.Dial(addr, nil)
+	c, err := node.Dial(addr, s.node.Config().ClientTLS)
 	if err != nil {
 		return nil, err
 	}

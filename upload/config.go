@@ -23,13 +23,16 @@ const (
 	DefaultMaxVideoBytes   = 200 << 20
 	DefaultMaxPixels       = 50_000_000
 	DefaultCompressTimeout = 30 * time.Second
-	DefaultStoreTimeout    = 60 * time.Second
-	DefaultStagingTTL      = 24 * time.Hour
-	DefaultCommittedTTL    = time.Hour
-	DefaultRetryMin        = time.Second
-	DefaultRetryMax        = 5 * time.Minute
-	DefaultSyncEvery       = 8 << 20
-	DefaultPollInterval    = 200 * time.Millisecond
+	// DefaultCommitWait is how long Commit waits for the first compress
+	// attempt by default.
+	DefaultCommitWait   = 5 * time.Second
+	DefaultStoreTimeout = 60 * time.Second
+	DefaultStagingTTL   = 24 * time.Hour
+	DefaultCommittedTTL = time.Hour
+	DefaultRetryMin     = time.Second
+	DefaultRetryMax     = 5 * time.Minute
+	DefaultSyncEvery    = 8 << 20
+	DefaultPollInterval = 200 * time.Millisecond
 	// MaxChunkBytes is the largest chunk a client may send.
 	MaxChunkBytes = 1 << 20
 )
@@ -56,8 +59,10 @@ type Config struct {
 	CompressTimeout time.Duration
 	// CommitWait is how long Commit waits for the first compress attempt,
 	// so its reply can list the variants; the acknowledgement never
-	// depends on it (the job is journaled first). Default CompressTimeout;
-	// negative: do not wait (compress runs in the background).
+	// depends on it (the job is journaled first). Default
+	// DefaultCommitWait, at most CompressTimeout; negative: do not wait
+	// (compress runs in the background). Kept short so a compress backlog
+	// at a peak does not hold every client's acknowledgement.
 	CommitWait time.Duration
 	// StoreTimeout bounds one store or pool write; default
 	// DefaultStoreTimeout.
@@ -138,7 +143,7 @@ func (c *Config) setDefaults() error {
 	defD(&c.CompressTimeout, DefaultCompressTimeout)
 	defD(&c.StoreTimeout, DefaultStoreTimeout)
 	if c.CommitWait == 0 {
-		c.CommitWait = c.CompressTimeout
+		c.CommitWait = min(DefaultCommitWait, c.CompressTimeout)
 	}
 	defD(&c.StagingTTL, DefaultStagingTTL)
 	defD(&c.CommittedTTL, DefaultCommittedTTL)

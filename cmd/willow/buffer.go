@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -71,8 +70,8 @@ func fronts(ctx context.Context, g *globals, addrs string) ([]front, error) {
 	return out, nil
 }
 
-func withFront(f front, fn func(willowv1.UploadClient) error) error {
-	conn, err := node.Dial(f.addr, nil)
+func withFront(g *globals, f front, fn func(willowv1.UploadClient) error) error {
+	conn, err := g.dial(f.addr)
 	if err != nil {
 		return err
 	}
@@ -117,7 +116,7 @@ func bufferStatus(ctx context.Context, m *Main, g *globals, addrs string) error 
 	var lines []bufferLine
 	var lastErr error
 	for _, f := range fr {
-		err := withFront(f, func(c willowv1.UploadClient) error {
+		err := withFront(g, f, func(c willowv1.UploadClient) error {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			resp, err := c.BufferStatus(cctx, &willowv1.BufferStatusRequest{})
@@ -169,7 +168,7 @@ func bufferDrain(ctx context.Context, m *Main, g *globals, addrs string, pool in
 	enc := json.NewEncoder(m.Stdout)
 	for _, f := range fr {
 		line := drainLine{Node: f.id, Addr: f.addr, Pool: pool}
-		err := withFront(f, func(c willowv1.UploadClient) error {
+		err := withFront(g, f, func(c willowv1.UploadClient) error {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			resp, err := c.Drain(cctx, &willowv1.DrainRequest{Pool: int32(pool), Wait: wait})

@@ -127,7 +127,12 @@ func loadTarget(ctx context.Context, m *Main, g *globals, embedded bool, dir, re
 			return loadgen.Target{}, nil, usagef("uploads need the cluster's upload secret: --cluster FILE or WILLOW_UPLOAD_SECRET")
 		}
 	}
-	router, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: region})
+	t, err := g.clientTLS()
+	if err != nil {
+		closeFn()
+		return loadgen.Target{}, nil, err
+	}
+	router, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: region, TLS: t})
 	if err != nil {
 		closeFn()
 		return loadgen.Target{}, nil, err

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -120,6 +121,10 @@ type globals struct {
 	json    bool
 	token   string
 	file    *cluster.File
+
+	tlsCA, tlsCert, tlsKey string
+	tlsConfig              *tls.Config // built from the --tls-* flags by clientTLS
+
 }
 
 // newFlags returns a flag set with the shared flags --master, --cluster,
@@ -132,7 +137,33 @@ func (m *Main) newFlags(name string) (*flag.FlagSet, *globals) {
 	fs.StringVar(&g.cluster, "cluster", "", "cluster.json written by willow up or deploy/local/up.sh")
 	fs.BoolVar(&g.json, "json", false, "JSON output")
 	fs.StringVar(&g.token, "token", "", "on-call token (default $WILLOW_ONCALL_TOKEN, or from --cluster)")
+	fs.StringVar(&g.tlsCA, "tls-ca", "", "PEM CA bundle: talk gRPC over TLS, verifying servers with it")
+	fs.StringVar(&g.tlsCert, "tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key)")
+	fs.StringVar(&g.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	return fs, g
+}
+
+// clientTLS returns the client TLS config the --tls-* flags describe, or
+// nil for plaintext.
+func (g *globals) clientTLS() (*tls.Config, error) {
+	if g.tlsConfig != nil || (g.tlsCA == "" && g.tlsCert == "") {
+		return g.tlsConfig, nil
+	}
+	_, cli, err := node.LoadTLS(g.tlsCert, g.tlsKey, g.tlsCA)
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	g.tlsConfig = cli
+	return cli, nil
+}
+
+// dial connects to a node, over TLS when the --tls-* flags say so.
+func (g *globals) dial(addr string) (*grpc.ClientConn, error) {
+	t, err := g.clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	return node.Dial(addr, t)
 }
 
 // parse parses flags that may be interspersed with positional arguments
@@ -194,7 +225,7 @@ func (g *globals) dialMaster() (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return node.Dial(addr, nil)
+	return g.dial(addr)
 }
 
 // oncallToken returns the on-call token from --token, the environment or

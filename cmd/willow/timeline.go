@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -61,7 +60,7 @@ func cmdTimeline(ctx context.Context, m *Main, args []string) error {
 			return usagef("need --timeline ADDR or --cluster FILE")
 		}
 	}
-	conn, err := node.Dial(*addr, nil)
+	conn, err := g.dial(*addr)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,11 @@ func (g *globals) client(region string) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := client.NewRouter(client.RouterConfig{MasterAddr: addr, Region: region})
+	t, err := g.clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	r, err := client.NewRouter(client.RouterConfig{MasterAddr: addr, Region: region, TLS: t})
 	if err != nil {
 		return nil, err
 	}
