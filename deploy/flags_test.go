@@ -116,10 +116,7 @@ func TestCommandLinesMatchBinaries(t *testing.T) {
 // and of their ...Var forms.
 func declaredFlags(t *testing.T, dir string) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := commandSources(t, dir)
 	methods := map[string]int{ // method -> index of the name argument
 		"String": 0, "Int": 0, "Int64": 0, "Uint": 0, "Uint64": 0, "Bool": 0, "Duration": 0, "Float64": 0, "Func": 0, "BoolFunc": 0,
 		"StringVar": 1, "IntVar": 1, "Int64Var": 1, "UintVar": 1, "Uint64Var": 1, "BoolVar": 1, "DurationVar": 1, "Float64Var": 1, "Var": 1, "TextVar": 1,
@@ -202,10 +199,7 @@ func TestConfigFilesMatchBinaries(t *testing.T) {
 // non-test sources.
 func yamlTags(t *testing.T, dir string) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := commandSources(t, dir)
 	var names []string
 	fset := token.NewFileSet()
 	for _, f := range files {
@@ -227,4 +221,20 @@ func yamlTags(t *testing.T, dir string) []string {
 		})
 	}
 	return names
+}
+
+// commandSources lists a command's Go files plus those of the package every
+// service main shares (cmd/internal/daemon: the node section and the
+// common flags).
+func commandSources(t *testing.T, dir string) []string {
+	t.Helper()
+	var files []string
+	for _, d := range []string{dir, filepath.Join(dir, "..", "internal", "daemon")} {
+		fs, err := filepath.Glob(filepath.Join(d, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, fs...)
+	}
+	return files
 }

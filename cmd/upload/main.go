@@ -14,43 +14,25 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.yaml.in/yaml/v3"
 
 	"willow/buffer"
 	"willow/client"
+	"willow/cmd/internal/daemon"
 	"willow/node"
-	"willow/shedding"
-	"willow/store"
-	"willow/store/fs"
-	"willow/store/s3"
 	"willow/upload"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := NewMain().Run(ctx, os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "upload:", err)
-		os.Exit(1)
-	}
-}
+func main() { daemon.Main("upload", NewMain().Run) }
 
 // Main runs an upload front; tests run it in process.
 type Main struct {
@@ -65,18 +47,7 @@ func NewMain() *Main { return &Main{Stderr: os.Stderr, Getenv: os.Getenv} }
 
 // FileConfig is the YAML config file.
 type FileConfig struct {
-	Node struct {
-		ID                string        `yaml:"id"`
-		Region            string        `yaml:"region"`
-		Zone              string        `yaml:"zone"`
-		Group             string        `yaml:"group"`
-		GRPC              string        `yaml:"grpc"`
-		Admin             string        `yaml:"admin"`
-		Master            string        `yaml:"master"`
-		HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
-		ShutdownGrace     time.Duration `yaml:"shutdown_grace"`
-		Capacity          int32         `yaml:"capacity"`
-	} `yaml:"node"`
+	Node   daemon.NodeConfig `yaml:"node"`
 	Upload struct {
 		Secret          string        `yaml:"secret"`
 		Staging         string        `yaml:"staging"`
@@ -94,86 +65,34 @@ type FileConfig struct {
 		RetryMax        time.Duration `yaml:"retry_max"`
 	} `yaml:"upload"`
 	Store struct {
-		Dir string `yaml:"dir"`
-		S3  struct {
-			Endpoint  string `yaml:"endpoint"`
-			Bucket    string `yaml:"bucket"`
-			AccessKey string `yaml:"access_key"`
-			SecretKey string `yaml:"secret_key"`
-			Region    string `yaml:"region"`
-			Secure    bool   `yaml:"secure"`
-			PartSize  int64  `yaml:"part_size"`
-		} `yaml:"s3"`
+		Dir string          `yaml:"dir"`
+		S3  daemon.S3Config `yaml:"s3"`
 	} `yaml:"store"`
 }
 
 // Run parses args, starts the front and serves until ctx is done.
 func (m *Main) Run(ctx context.Context, args []string) error {
-	fset := flag.NewFlagSet("upload", flag.ContinueOnError)
-	fset.SetOutput(m.Stderr)
-	configF := fset.String("config", "", "YAML config file (sections node:, upload: and store:)")
-	id := fset.String("id", "", "node ID (default upload-REGION-1)")
-	region := fset.String("region", "", "region (required, here or in the config)")
-	grpcAddr := fset.String("grpc", "", "gRPC listen address (default 127.0.0.1:0)")
-	admin := fset.String("admin", "", "admin HTTP listen address (default 127.0.0.1:0)")
-	masterAddr := fset.String("master", "", "master gRPC address; empty runs without a master (and without compress routing)")
-	redisURL := fset.String("redis", "", "Redis URL for the compress journal (default: journal in the staging dir)")
-	secret := fset.String("secret", "", "upload-token HMAC secret (default $WILLOW_UPLOAD_SECRET)")
-	staging := fset.String("staging", "", "staging directory (required)")
-	poolDir := fset.String("pool-dir", "", "buffer pool directory (pool1/, pool2/); empty disables the pools")
-	storeDir := fset.String("store", "", "directory store root")
-	s3Endpoint := fset.String("s3-endpoint", "", "S3 endpoint host:port (instead of -store)")
-	s3Bucket := fset.String("s3-bucket", "", "S3 bucket")
-	s3Access := fset.String("s3-access-key", "", "S3 access key")
-	s3Secret := fset.String("s3-secret-key", "", "S3 secret key")
-	commitWait := fset.Duration("commit-wait", 0, "how long Commit waits for the first compress attempt to list variants (default: the compress timeout; negative: do not wait)")
-	tlsCert := fset.String("tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
-	tlsKey := fset.String("tls-key", "", "PEM private key of -tls-cert")
-	tlsCA := fset.String("tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
-	if err := fset.Parse(args); err != nil {
+	f := daemon.NewFlags("upload", m.Stderr, true)
+	redisURL := f.FS.String("redis", "", "Redis URL for the compress journal (default: journal in the staging dir)")
+	secret := f.FS.String("secret", "", "upload-token HMAC secret (default $WILLOW_UPLOAD_SECRET)")
+	staging := f.FS.String("staging", "", "staging directory (required)")
+	poolDir := f.FS.String("pool-dir", "", "buffer pool directory (pool1/, pool2/); empty disables the pools")
+	commitWait := f.FS.Duration("commit-wait", 0, "how long Commit waits for the first compress attempt to list variants (default 5s, at most the compress timeout; negative: do not wait)")
+	var fc FileConfig
+	nc, uc, sc := &fc.Node, &fc.Upload, &fc.Store
+	if err := f.Parse(args, &fc, nc, &sc.Dir, &sc.S3); err != nil {
 		return err
 	}
-	if fset.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fset.Arg(0))
+	daemon.Override(&uc.Redis, *redisURL)
+	if m.Getenv != nil && uc.Secret == "" {
+		uc.Secret = m.Getenv("WILLOW_UPLOAD_SECRET")
 	}
-	var fc FileConfig
-	if *configF != "" {
-		b, err := os.ReadFile(*configF)
-		if err != nil {
-			return err
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("config %s: %w", *configF, err)
-		}
-	}
-	set := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
-		}
-	}
-	nc, uc, sc := &fc.Node, &fc.Upload, &fc.Store
-	set(&nc.ID, *id)
-	set(&nc.Region, *region)
-	set(&nc.GRPC, *grpcAddr)
-	set(&nc.Admin, *admin)
-	set(&nc.Master, *masterAddr)
-	set(&uc.Redis, *redisURL)
-	if m.Getenv != nil {
-		set(&uc.Secret, m.Getenv("WILLOW_UPLOAD_SECRET"))
-	}
-	set(&uc.Secret, *secret)
-	set(&uc.Staging, *staging)
-	set(&uc.PoolDir, *poolDir)
-	set(&sc.Dir, *storeDir)
+	daemon.Override(&uc.Secret, *secret)
+	daemon.Override(&uc.Staging, *staging)
+	daemon.Override(&uc.PoolDir, *poolDir)
 	if *commitWait != 0 {
 		uc.CommitWait = *commitWait
 	}
-	set(&sc.S3.Endpoint, *s3Endpoint)
-	set(&sc.S3.Bucket, *s3Bucket)
-	set(&sc.S3.AccessKey, *s3Access)
-	set(&sc.S3.SecretKey, *s3Secret)
 	switch {
 	case nc.Region == "":
 		return errors.New("need -region (or node.region in the config)")
@@ -185,43 +104,23 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	if nc.ID == "" {
 		nc.ID = "upload-" + nc.Region + "-1"
 	}
-
-	var st store.Store
-	switch {
-	case sc.S3.Endpoint != "" && sc.Dir != "":
-		return errors.New("give -store or -s3-endpoint, not both")
-	case sc.S3.Endpoint != "":
-		s, err := s3.New(s3.Config{Endpoint: sc.S3.Endpoint, Bucket: sc.S3.Bucket, AccessKey: sc.S3.AccessKey,
-			SecretKey: sc.S3.SecretKey, Region: sc.S3.Region, Secure: sc.S3.Secure, PartSize: sc.S3.PartSize})
-		if err != nil {
-			return err
-		}
-		st = s
-	case sc.Dir != "":
-		s, err := fs.New(sc.Dir)
-		if err != nil {
-			return err
-		}
-		st = s
-	default:
-		return errors.New("need -store DIR or -s3-endpoint (or store.dir / store.s3 in the config)")
-	}
-
-	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
-	shed := shedding.ServiceConfig()
-	srvTLS, cliTLS, err := node.LoadTLS(*tlsCert, *tlsKey, *tlsCA)
+	st, err := daemon.OpenStore(sc.Dir, sc.S3)
 	if err != nil {
 		return err
 	}
-	n, err := node.New(node.Config{TLS: srvTLS, ClientTLS: cliTLS, ID: nc.ID, Role: "upload", Region: nc.Region, Zone: nc.Zone, Group: nc.Group,
-		GRPCAddr: nc.GRPC, AdminAddr: nc.Admin, MasterAddr: nc.Master, HeartbeatInterval: nc.HeartbeatInterval,
-		ShutdownGrace: nc.ShutdownGrace, Capacity: nc.Capacity, Logger: log, Shed: &shed})
+
+	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
+	ncfg, err := f.NodeConfig("upload", *nc, log)
+	if err != nil {
+		return err
+	}
+	n, err := node.New(ncfg)
 	if err != nil {
 		return err
 	}
 	deps := upload.Deps{Node: n, Store: st}
 	if nc.Master != "" {
-		r, err := client.NewRouter(client.RouterConfig{TLS: cliTLS, MasterAddr: nc.Master, Region: nc.Region})
+		r, err := client.NewRouter(client.RouterConfig{TLS: ncfg.ClientTLS, MasterAddr: nc.Master, Region: nc.Region})
 		if err != nil {
 			return err
 		}
@@ -256,23 +155,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	nodeDone := make(chan error, 1)
-	runDone := make(chan struct{})
-	go func() { nodeDone <- n.Run(ctx) }()
-	go func() { _ = srv.Run(ctx); close(runDone) }()
-	if m.Ready != nil {
-		m.Ready(n)
-	}
-	var rerr error
-	select {
-	case <-ctx.Done():
-		rerr = <-nodeDone
-	case rerr = <-nodeDone:
-		cancel()
-	}
-	<-runDone
-	return rerr
+	return daemon.Serve(ctx, n, func() {
+		if m.Ready != nil {
+			m.Ready(n)
+		}
+	}, srv.Run)
 }
