@@ -43,5 +43,15 @@ proto: setup
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
 	  willow/v1/*.proto
 
+# Runs every fuzz target for FUZZTIME each; found cases land in the
+# package's testdata/fuzz and run as regression tests in `make test`.
+FUZZTIME ?= 30s
+fuzz: setup
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./media/
+	go test -run '^$$' -fuzz '^FuzzChunks$$' -fuzztime $(FUZZTIME) ./upload/
+	go test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./buffer/
+	go test -run '^$$' -fuzz '^FuzzCheckHeader$$' -fuzztime $(FUZZTIME) ./compress/
+	go test -run '^$$' -fuzz '^FuzzParseProfile$$' -fuzztime $(FUZZTIME) ./loadgen/
+
 fmt:
 	gofmt -l -w .

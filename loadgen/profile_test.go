@@ -77,3 +77,23 @@ func TestSpringFestivalIsNineTimesSteady(t *testing.T) {
 		t.Errorf("peak download rate %v, want 1x %v", peak.DownloadRate, first.DownloadRate)
 	}
 }
+
+func FuzzParseProfile(f *testing.F) {
+	f.Add([]byte("name: p\nphoto_dir: x\nphases:\n  - {name: a, duration: 10s, upload_rate: 1}\n"))
+	f.Add([]byte("name: p\nphoto_dir: x\nphases:\n  - {name: a, duration: \"00:40\"}\nactions:\n  - {at: 1s, level: red}\n"))
+	f.Add([]byte("{"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := loadgen.ParseProfile(b)
+		if err != nil {
+			if !errors.Is(err, loadgen.ErrProfile) {
+				t.Fatalf("error %v does not wrap ErrProfile", err)
+			}
+			return
+		}
+		// Whatever is accepted is runnable: phases with positive
+		// durations and rates in range.
+		if p.Total() <= 0 {
+			t.Fatalf("accepted a profile with total %v", p.Total())
+		}
+	})
+}
