@@ -237,7 +237,7 @@ func (r *runner) progress(g Second) {
 	elapsed := time.Since(r.start)
 	i, ph, frac := r.phaseAt(elapsed)
 	r.mu.Lock()
-	var upOK, upN, dnOK, dnN int
+	var upOK, upN, dnOK, dnN, dnWait int
 	var lat []time.Duration
 	from := g.T - 2
 	for j := len(r.records) - 1; j >= 0 && r.records[j].sec >= from; j-- {
@@ -252,9 +252,14 @@ func (r *runner) progress(g Second) {
 				lat = append(lat, rec.latency)
 			}
 		} else {
-			dnN++
-			if rec.outcome == okOutcome {
+			switch rec.outcome {
+			case okOutcome:
 				dnOK++
+				dnN++
+			case notReady:
+				dnWait++
+			default:
+				dnN++
 			}
 		}
 	}
@@ -266,9 +271,9 @@ func (r *runner) progress(g Second) {
 		}
 		return 100 * float64(ok) / float64(n)
 	}
-	line := fmt.Sprintf("phase %d/%d %-12s t=%3ds up %5d/s ok %5.1f%% p99 %6.0fms | down %5d/s ok %5.1f%% | level %-6s pool1 %d pool2 %d held %d",
+	line := fmt.Sprintf("phase %d/%d %-12s t=%3ds up %5d/s ok %5.1f%% p99 %6.0fms | down %5d/s ok %5.1f%% not-ready %d | level %-6s pool1 %d pool2 %d held %d",
 		i+1, len(r.cfg.Profile.Phases), ph.Name, int(elapsed.Seconds()), upN, pct(upOK, upN), percentile(lat, 0.99),
-		dnN, pct(dnOK, dnN), g.Level, g.Pool1Items, g.Pool2Items, g.HeldItems)
+		dnN+dnWait, pct(dnOK, dnN), dnWait, g.Level, g.Pool1Items, g.Pool2Items, g.HeldItems)
 	if r.cfg.TTY {
 		const width = 20
 		done := int(frac * width)
