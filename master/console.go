@@ -52,6 +52,7 @@ func (s *Server) ConsoleHandler() http.Handler {
 	mux.HandleFunc("GET /api/flex", s.apiFlex)
 	mux.HandleFunc("GET /api/nodes", s.apiNodes)
 	mux.HandleFunc("GET /api/history", s.apiHistory)
+	mux.HandleFunc("GET /api/drills", s.apiDrills)
 	mux.HandleFunc("POST /api/flex", s.apiSetFlex)
 	mux.HandleFunc("POST /api/rollback", s.apiRollback)
 	return gzhttp.GzipHandler(mux)
@@ -227,6 +228,32 @@ func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 			e.GetToVersion(), e.GetFrom(), e.GetTo(), e.GetReason(), e.GetAccepted(), e.GetError()})
 	}
 	writeConsoleJSON(w, http.StatusOK, map[string]any{"entries": out})
+}
+
+// apiDrills lists the active drills (fault injection ordered through
+// `willow drill`).
+func (s *Server) apiDrills(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), consoleTimeout)
+	defer cancel()
+	resp, err := s.ListDrills(ctx, &willowv1.ListDrillsRequest{})
+	if err != nil {
+		consoleError(w, err)
+		return
+	}
+	type drill struct {
+		Node       string  `json:"node"`
+		Kind       string  `json:"kind"`
+		LatencyMs  int64   `json:"latency_ms,omitempty"`
+		ErrorRatio float64 `json:"error_ratio,omitempty"`
+		ExpiresAt  int64   `json:"expires_at_unix_ms"`
+		Actor      string  `json:"actor"`
+		Reason     string  `json:"reason,omitempty"`
+	}
+	out := []drill{}
+	for _, d := range resp.GetDrills() {
+		out = append(out, drill{d.GetNodeAddr(), d.GetKind(), d.GetLatencyMs(), d.GetErrorRatio(), d.GetExpiresAtUnixMs(), d.GetActor(), d.GetReason()})
+	}
+	writeConsoleJSON(w, http.StatusOK, map[string]any{"drills": out})
 }
 
 // consoleToken returns the on-call token of a console request.

@@ -16,6 +16,7 @@ import (
 
 	"willow/internal/testenv"
 	"willow/node"
+	willowv1 "willow/proto/willow/v1"
 )
 
 func startConsole(t *testing.T) (*testMaster, *httptest.Server) {
@@ -253,5 +254,45 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	if e := h.GetEntries()[1]; !e.GetAccepted() || e.GetAction() != "set" || !strings.HasPrefix(e.GetActor(), "carol@console") || e.GetReason() != "browser test: holiday peak" {
 		t.Fatalf("audit = %v", e)
+	}
+}
+
+func TestConsoleListsActiveDrills(t *testing.T) {
+	m, ts := startConsole(t)
+	get := func() []map[string]any {
+		resp, err := http.Get(ts.URL + "/api/drills")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Drills []map[string]any `json:"drills"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /api/drills: %d %v", resp.StatusCode, err)
+		}
+		return out.Drills
+	}
+	if d := get(); len(d) != 0 {
+		t.Fatalf("drills before any: %v", d)
+	}
+	if _, err := m.client.Register(context.Background(), &willowv1.RegisterRequest{Node: &willowv1.NodeInfo{
+		Id: "upload-a-1", Role: "upload", Region: "a", Addr: "127.0.0.1:1"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.client.SetDrill(context.Background(), &willowv1.SetDrillRequest{Token: token, ForMs: 60_000,
+		Drill: &willowv1.Drill{NodeAddr: "upload-a-1", Kind: "latency", LatencyMs: 200, Reason: "drill test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := get()
+	if len(d) != 1 || d[0]["kind"] != "latency" || d[0]["node"] != "127.0.0.1:1" || d[0]["reason"] != "drill test" {
+		t.Fatalf("drills = %v", d)
+	}
+	page, _ := http.Get(ts.URL + "/console")
+	body, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	if !strings.Contains(string(body), "Active drills") {
+		t.Fatal("the console page has no drills section")
 	}
 }
