@@ -58,6 +58,8 @@ type Plan struct {
 	Calibration string             `json:"calibration"`
 	Growth      map[string]float64 `json:"growth"`
 	Modules     []ModulePlan       `json:"modules"`
+	// Warning says when the figures cannot be trusted per module.
+	Warning string `json:"warning,omitempty"`
 }
 
 // LoadCalibration reads a report.json written by `willow load run` (a
@@ -157,6 +159,10 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 		cpu[k] /= n
 	}
 	p := &Plan{Calibration: cal.Profile + " (" + cal.Mode + ")", Growth: cfg.Growth}
+	if sameCPU(cpu) {
+		p.Warning = "every role reported the same CPU: the calibration ran all services in one process (willow up / --embedded), " +
+			"so per-module CPU is the whole process's; calibrate on deploy/local or a real cluster for per-module figures"
+	}
 	type mod struct {
 		name, driver string
 		rate, net    float64
@@ -217,6 +223,22 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 	return p, nil
 }
 
+// sameCPU reports whether every role's CPU is within 2% of the others'
+// (nodes sharing one process report the process's CPU).
+func sameCPU(cpu map[string]float64) bool {
+	if len(cpu) < 2 {
+		return false
+	}
+	lo, hi := math.Inf(1), 0.0
+	for k, v := range cpu {
+		if k == "timeline" { // one node where the others have two
+			continue
+		}
+		lo, hi = math.Min(lo, v), math.Max(hi, v)
+	}
+	return hi > 0 && (hi-lo)/hi < 0.02
+}
+
 // WriteText writes the plan as a Markdown table.
 func (p *Plan) WriteText(w io.Writer) {
 	keys := make([]string, 0, len(p.Growth))
@@ -229,6 +251,9 @@ func (p *Plan) WriteText(w io.Writer) {
 		g = append(g, fmt.Sprintf("%s x%g", k, p.Growth[k]))
 	}
 	fmt.Fprintf(w, "Capacity plan from %s, growth %s\n\n", p.Calibration, strings.Join(g, ", "))
+	if p.Warning != "" {
+		fmt.Fprintf(w, "WARNING: %s.\n\n", p.Warning)
+	}
 	fmt.Fprintln(w, "| module | base/s | CPU ms/req | cores | RSS MiB | net MB/s | capacity/s | demand/s | growth ok | gap/s | after flex/s | uncovered/s | verdict |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range p.Modules {

@@ -44,6 +44,8 @@ func WriteComparison(dir string, c Comparison) error {
 	}
 	row("goodput (ok/s)", func(r *Report) string { return fmt.Sprintf("%.1f", r.Totals.GoodputPerS) })
 	row("uploads ok", func(r *Report) string { return fmt.Sprint(r.Totals.Upload.Succeeded) })
+	row("downloads ok", func(r *Report) string { return fmt.Sprint(r.Totals.Download.Succeeded) })
+	row("downloads of variants not ready yet", func(r *Report) string { return fmt.Sprint(r.Totals.Download.NotReady) })
 	row("upload p99 ms", func(r *Report) string { return fmt.Sprintf("%.0f", r.Totals.Upload.P99Ms) })
 	row("download p99 ms", func(r *Report) string { return fmt.Sprintf("%.0f", r.Totals.Download.P99Ms) })
 	row("rejected", func(r *Report) string {
