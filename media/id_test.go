@@ -18,10 +18,10 @@ func TestParse(t *testing.T) {
 		{"p1.b.up-2." + key, true},
 		{"p2.a.n." + key, true},
 		{"", false},
-		{"x.a.n." + key, false},              // unknown location
-		{"s.A.n." + key, false},              // upper case region
-		{"s.a.n_1." + key, false},            // bad node name
-		{"s.a.n." + key[:31], false},         // short key
+		{"x.a.n." + key, false},      // unknown location
+		{"s.A.n." + key, false},      // upper case region
+		{"s.a.n_1." + key, false},    // bad node name
+		{"s.a.n." + key[:31], false}, // short key
 		{"s.a.n." + strings.ToUpper(key), false},
 		{"s.a.n." + key + ".extra", false},
 		{"s..n." + key, false},
