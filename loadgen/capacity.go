@@ -15,10 +15,15 @@ import (
 type PlanConfig struct {
 	// Growth is the expected peak multiple per kind: "uploads", "downloads".
 	Growth map[string]float64
-	// Budget is the multiple of the calibration's CPU each module is
-	// budgeted for at the peak (DESIGN.md: compress budgeted for +1x, so
-	// 2); default 2 for every module.
+	// Budget, when set for a module, is its CPU budget at the peak as a
+	// multiple of the CPU it used in the calibration (DESIGN.md: compress
+	// budgeted for +1x, so 2).
 	Budget map[string]float64
+	// CoresPerNode is the CPU each node is provisioned with; a module's
+	// default budget is its healthy nodes in the calibration times this
+	// (default 1). When the calibration has no node counts, the default
+	// budget is 2x the calibration's CPU.
+	CoresPerNode float64
 	// Cores, when set for a module, is its absolute CPU budget at the
 	// peak in cores, overriding Budget.
 	Cores map[string]float64
@@ -40,6 +45,7 @@ type ModulePlan struct {
 	BaseRate     float64 `json:"base_rate_per_s"`
 	CPUPerReq    float64 `json:"cpu_ms_per_request"`
 	CPUCores     float64 `json:"cpu_cores_at_base"`
+	BudgetCores  float64 `json:"budget_cores"`
 	MemRSSMiB    float64 `json:"mem_rss_mib"`
 	NetMBps      float64 `json:"net_mb_per_s_at_base"`
 	Capacity     float64 `json:"capacity_per_s"`
@@ -125,15 +131,13 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 		}
 		return 1
 	}
-	budget := func(m string) float64 {
-		if b, ok := cfg.Budget[m]; ok && b > 0 {
-			return b
-		}
-		return 2
+	if cfg.CoresPerNode <= 0 {
+		cfg.CoresPerNode = 1
 	}
 	// Calibration figures over the seconds where something was served.
 	var upRate, downRate, upBytes, downBytes, rss float64
 	cpu := map[string]float64{}
+	nodes := map[string]int{}
 	n := 0.0
 	for _, s := range cal.Seconds {
 		if s.Upload.Succeeded == 0 && s.Download.Succeeded == 0 {
@@ -146,6 +150,9 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 		downBytes += float64(s.Download.Bytes)
 		for k, v := range s.CPU {
 			cpu[k] += v
+		}
+		for k, v := range s.Nodes {
+			nodes[k] = max(nodes[k], v)
 		}
 		if s.MemRSSBytes > rss {
 			rss = s.MemRSSBytes
@@ -194,10 +201,18 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 			p.Modules = append(p.Modules, mp)
 			continue
 		}
-		cores := budget(m.name) * cpu[m.name]
-		if c, ok := cfg.Cores[m.name]; ok && c > 0 {
-			cores = c
+		var cores float64
+		switch {
+		case cfg.Cores[m.name] > 0:
+			cores = cfg.Cores[m.name]
+		case cfg.Budget[m.name] > 0:
+			cores = cfg.Budget[m.name] * cpu[m.name]
+		case nodes[m.name] > 0:
+			cores = float64(nodes[m.name]) * cfg.CoresPerNode
+		default:
+			cores = 2 * cpu[m.name]
 		}
+		mp.BudgetCores = cores
 		mp.Capacity = cores / (mp.CPUPerReq / 1000)
 		if m.rate > 0 {
 			mp.Growth = mp.Capacity / m.rate
@@ -254,11 +269,11 @@ func (p *Plan) WriteText(w io.Writer) {
 	if p.Warning != "" {
 		fmt.Fprintf(w, "WARNING: %s.\n\n", p.Warning)
 	}
-	fmt.Fprintln(w, "| module | base/s | CPU ms/req | cores | RSS MiB | net MB/s | capacity/s | demand/s | growth ok | gap/s | after flex/s | uncovered/s | verdict |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| module | base/s | CPU ms/req | cores used | budget cores | RSS MiB | net MB/s | capacity/s | demand/s | growth ok | gap/s | after flex/s | uncovered/s | verdict |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range p.Modules {
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.2f | %.0f | %.2f | %s | %.1f | x%.1f | %.1f | %s | %.1f | %s |\n",
-			m.Module, m.BaseRate, m.CPUPerReq, m.CPUCores, m.MemRSSMiB, m.NetMBps, fmtRate(m.Capacity), m.Demand, m.Growth, m.Gap, fmtRate(m.AfterFlex), m.Uncovered, m.Verdict)
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.2f | %s | %.1f | x%.1f | %.1f | %s | %.1f | %s |\n",
+			m.Module, m.BaseRate, m.CPUPerReq, m.CPUCores, m.BudgetCores, m.MemRSSMiB, m.NetMBps, fmtRate(m.Capacity), m.Demand, m.Growth, m.Gap, fmtRate(m.AfterFlex), m.Uncovered, m.Verdict)
 	}
 	fmt.Fprintln(w)
 	for _, m := range p.Modules {

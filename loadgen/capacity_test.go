@@ -60,3 +60,26 @@ func TestParseGrowth(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
+
+func TestCapacityPlanBudgetsByNodes(t *testing.T) {
+	cal := calibration()
+	for i := range cal.Seconds {
+		cal.Seconds[i].Nodes = map[string]int{"upload": 4, "compress": 2, "edgecache": 4, "timeline": 1}
+	}
+	plan, err := loadgen.MakePlan(cal, loadgen.PlanConfig{Growth: map[string]float64{"uploads": 9}, CoresPerNode: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range plan.Modules {
+		switch m.Module {
+		case "compress": // 2 nodes x 1 core / 0.4 s per upload
+			if !near(m.BudgetCores, 2) || !near(m.Capacity, 5) {
+				t.Errorf("compress %+v", m)
+			}
+		case "upload": // 4 cores / 0.05 s per upload = 80/s: fits 18/s
+			if m.Verdict != "fits" {
+				t.Errorf("upload %+v", m)
+			}
+		}
+	}
+}

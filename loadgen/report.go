@@ -40,6 +40,7 @@ type Second struct {
 	CPU         map[string]float64 `json:"cpu_cores,omitempty"` // by role
 	MemRSSBytes float64            `json:"mem_rss_bytes,omitempty"`
 	InFlight    map[string]float64 `json:"in_flight,omitempty"` // by role
+	Nodes       map[string]int     `json:"nodes,omitempty"`     // healthy nodes by role
 }
 
 // KindStats counts one kind of request (per second or per phase).

@@ -492,7 +492,7 @@ func (r *runner) observe(ctx context.Context) {
 func (r *runner) sampleCluster(ctx context.Context) Second {
 	cctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
 	defer cancel()
-	g := Second{T: int(time.Since(r.start) / time.Second), CPU: map[string]float64{}, InFlight: map[string]float64{}}
+	g := Second{T: int(time.Since(r.start) / time.Second), CPU: map[string]float64{}, InFlight: map[string]float64{}, Nodes: map[string]int{}}
 	r.mu.Lock()
 	g.Level = r.level
 	r.mu.Unlock()
@@ -508,6 +508,9 @@ func (r *runner) sampleCluster(ctx context.Context) Second {
 		role := ns.GetNode().GetRole()
 		g.CPU[role] += ns.GetLoad().GetCpu()
 		g.InFlight[role] += float64(ns.GetLoad().GetInFlight())
+		if ns.GetState() == "healthy" {
+			g.Nodes[role]++
+		}
 		if rss := ns.GetLoad().GetGauges()["mem_rss_bytes"]; rss > g.MemRSSBytes {
 			g.MemRSSBytes = rss
 		}

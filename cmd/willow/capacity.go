@@ -17,7 +17,8 @@ func cmdCapacity(ctx context.Context, m *Main, args []string) error {
 	fs, g := m.newFlags("capacity plan")
 	cal := fs.String("calibration", "", "report.json of a calibration run (required)")
 	growth := fs.String("growth", "uploads=9,downloads=1", "expected peak multiples")
-	budget := fs.String("budget", "", "per-module CPU budget as a multiple of the calibration's (default 2 each)")
+	budget := fs.String("budget", "", "per-module CPU budget as a multiple of the calibration's CPU, e.g. compress=2")
+	perNode := fs.Float64("cores-per-node", 1, "cores each node is provisioned with (default budget: nodes x this)")
 	cores := fs.String("cores", "", "per-module absolute CPU budget in cores, overriding --budget")
 	jpeg := fs.Float64("jpeg-cpu-ratio", 0.2, "compress CPU of jpeg q50 relative to heic (from make bench-compress)")
 	if _, err := parse(fs, args[1:]); err != nil {
@@ -42,7 +43,7 @@ func cmdCapacity(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	plan, err := loadgen.MakePlan(rep, loadgen.PlanConfig{Growth: gr, Budget: bud, Cores: cor, JPEGCPURatio: *jpeg})
+	plan, err := loadgen.MakePlan(rep, loadgen.PlanConfig{Growth: gr, Budget: bud, Cores: cor, CoresPerNode: *perNode, JPEGCPURatio: *jpeg})
 	if err != nil {
 		return err
 	}
