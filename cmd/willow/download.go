@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+
 	"fmt"
 	"os"
 	"path/filepath"
+	"willow/client"
 )
 
 // cmdDownload downloads one variant of a media item to a file.
@@ -13,6 +15,8 @@ func cmdDownload(ctx context.Context, m *Main, args []string) error {
 	variant := fs.String("variant", "raw", "variant: thumb, medium, large, raw (photos); video, poster, raw (videos)")
 	out := fs.String("o", "", "output file (required; - for stdout)")
 	region := fs.String("region", "a", "the caller's region")
+	user := fs.String("user", "u1", "user ID (admission and shedding decide per user)")
+	business := fs.String("business", "moments", "business the download is for")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -28,6 +32,7 @@ func cmdDownload(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	defer c.Router.Close()
+	ctx = client.WithRequest(ctx, *business, *user)
 	if *out == "-" {
 		_, err := c.Download(ctx, pos[0], *variant, m.Stdout)
 		return err
