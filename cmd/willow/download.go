@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-
 	"fmt"
 	"os"
 	"path/filepath"
+
 	"willow/client"
 )
 
