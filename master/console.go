@@ -209,24 +209,7 @@ func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 		consoleError(w, err)
 		return
 	}
-	type entry struct {
-		At          int64  `json:"at_unix_ms"`
-		Actor       string `json:"actor"`
-		Action      string `json:"action"`
-		Scope       string `json:"scope,omitempty"`
-		FromVersion int64  `json:"from_version"`
-		ToVersion   int64  `json:"to_version"`
-		From        string `json:"from,omitempty"`
-		To          string `json:"to,omitempty"`
-		Reason      string `json:"reason,omitempty"`
-		Accepted    bool   `json:"accepted"`
-		Error       string `json:"error,omitempty"`
-	}
-	out := []entry{}
-	for _, e := range resp.GetEntries() {
-		out = append(out, entry{e.GetAtUnixMs(), e.GetActor(), e.GetAction(), e.GetScope(), e.GetFromVersion(),
-			e.GetToVersion(), e.GetFrom(), e.GetTo(), e.GetReason(), e.GetAccepted(), e.GetError()})
-	}
+	out := flex.AuditRecords(resp.GetEntries())
 	writeConsoleJSON(w, http.StatusOK, map[string]any{"entries": out})
 }
 

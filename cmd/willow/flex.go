@@ -123,7 +123,7 @@ func cmdFlex(ctx context.Context, m *Main, args []string) error {
 			return err
 		}
 		if g.json {
-			return writeFlexJSON(m.Stdout, flexHistoryJSON(resp.GetEntries()))
+			return writeFlexJSON(m.Stdout, flex.AuditRecords(resp.GetEntries()))
 		}
 		tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TIME\tACTOR\tACTION\tRESULT\tVERSION\tCHANGE\tREASON")
@@ -209,28 +209,4 @@ func printFlexChange(w io.Writer, asJSON bool, resp *willowv1.SetFlexResponse, d
 		fmt.Fprintf(w, "  %s\n", c)
 	}
 	return nil
-}
-
-type flexHistoryEntry struct {
-	At          string `json:"at"`
-	Actor       string `json:"actor"`
-	Action      string `json:"action"`
-	Scope       string `json:"scope,omitempty"`
-	FromVersion int64  `json:"from_version"`
-	ToVersion   int64  `json:"to_version"`
-	From        string `json:"from,omitempty"`
-	To          string `json:"to,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	Accepted    bool   `json:"accepted"`
-	Error       string `json:"error,omitempty"`
-}
-
-func flexHistoryJSON(entries []*willowv1.AuditEntry) []flexHistoryEntry {
-	out := []flexHistoryEntry{}
-	for _, e := range entries {
-		out = append(out, flexHistoryEntry{At: time.UnixMilli(e.GetAtUnixMs()).UTC().Format(time.RFC3339Nano), Actor: e.GetActor(),
-			Action: e.GetAction(), Scope: e.GetScope(), FromVersion: e.GetFromVersion(), ToVersion: e.GetToVersion(),
-			From: e.GetFrom(), To: e.GetTo(), Reason: e.GetReason(), Accepted: e.GetAccepted(), Error: e.GetError()})
-	}
-	return out
 }
