@@ -30,6 +30,13 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Newer Debian releases ship libheif's encoders as plugins (recommended,
+  # so not pulled in above); bookworm builds x265 into libheif itself.
+  for plugin in libheif-plugin-x265 libheif-plugin-libde265; do
+    if apt-cache show "$plugin" >/dev/null 2>&1; then
+      apt-get install -y -qq --no-install-recommends "$plugin" >/dev/null
+    fi
+  done
   # Debian starts services on install; Willow starts its own instances.
   for svc in redis-server nginx; do
     (service "$svc" stop >/dev/null 2>&1 || true)
