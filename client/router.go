@@ -74,11 +74,12 @@ type Router struct {
 	masters []string
 	budget  *shedding.RetryBudget
 
-	mu     sync.Mutex // guards routes, conns, knobs, next
+	mu     sync.Mutex // guards routes, conns, flex, knobs, next
 	routes map[routeKey]cachedRoute
 	conns  map[string]*grpc.ClientConn
-	knobs  *willowv1.FlexState
-	next   int // index of the master to try first
+	flex   *willowv1.FlexState // of the newest Route answer
+	knobs  flex.Knobs          // effective knobs of flex, made once per change
+	next   int                 // index of the master to try first
 }
 
 // NewRouter validates cfg and returns a Router. It does not contact the
@@ -124,6 +125,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		budget:  budget,
 		routes:  map[routeKey]cachedRoute{},
 		conns:   map[string]*grpc.ClientConn{},
+		knobs:   flex.Defaults(),
 	}, nil
 }
 
@@ -175,9 +177,8 @@ func (r *Router) Close() error {
 // Knobs returns the knobs of the last Route answer (defaults before one).
 func (r *Router) Knobs() flex.Knobs {
 	r.mu.Lock()
-	st := r.knobs
-	r.mu.Unlock()
-	return flex.Effective(st, r.cfg.Region, "")
+	defer r.mu.Unlock()
+	return r.knobs
 }
 
 // Route returns the master's answer for (role, business), from the cache
@@ -205,8 +206,8 @@ func (r *Router) Route(ctx context.Context, role, business string) (*willowv1.Ro
 	}
 	r.mu.Lock()
 	r.routes[key] = cachedRoute{resp: resp, expires: now.Add(ttl)}
-	if f := resp.GetFlex(); f != nil && (r.knobs == nil || f.GetVersion() >= r.knobs.GetVersion()) {
-		r.knobs = f
+	if f := resp.GetFlex(); f != nil && (r.flex == nil || f.GetVersion() >= r.flex.GetVersion()) {
+		r.flex, r.knobs = f, flex.Effective(f, r.cfg.Region, "")
 	}
 	r.mu.Unlock()
 	return resp, nil

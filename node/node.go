@@ -102,11 +102,13 @@ type Node struct {
 	metrics *grpcprom.ServerMetrics
 	stats   *stats
 
-	flex atomic.Pointer[willowv1.FlexState]
+	flex  atomic.Pointer[willowv1.FlexState]
+	knobs atomic.Pointer[flex.Knobs] // effective knobs of flex, made once per change
 
 	mu        sync.Mutex // guards callbacks and drills
 	callbacks []func(flex.Knobs)
 	drills    []*willowv1.Drill
+	hasDrills atomic.Bool // len(drills) > 0, for the per-request fast path
 
 	shedder *shedding.Shedder
 
@@ -289,8 +291,13 @@ func (n *Node) SetHTTPAddr(addr string) { n.cfg.HTTPAddr = addr }
 func (n *Node) Flex() *willowv1.FlexState { return n.flex.Load() }
 
 // Knobs returns the effective knobs for this node's region and group.
+// Hot paths may call it per request: the knobs are derived once per flex
+// change. Callers must not modify the ShedRatio map.
 func (n *Node) Knobs() flex.Knobs {
-	return flex.Effective(n.flex.Load(), n.cfg.Region, n.cfg.Group)
+	if k := n.knobs.Load(); k != nil {
+		return *k
+	}
+	return flex.Defaults()
 }
 
 // OnKnobs registers f to run after every applied flex change. f must not
@@ -320,8 +327,9 @@ func (n *Node) applyFlex(st *willowv1.FlexState, force bool) {
 			return
 		}
 	}
-	n.flex.Store(st)
 	k := flex.Effective(st, n.cfg.Region, n.cfg.Group)
+	n.flex.Store(st)
+	n.knobs.Store(&k)
 	n.flexVersion.Set(float64(st.GetVersion()))
 	n.flexLevel.Reset()
 	n.flexLevel.WithLabelValues(k.Level).Set(1)

@@ -121,6 +121,7 @@ func (n *Node) setDrills(ds []*willowv1.Drill) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.drills = ds
+	n.hasDrills.Store(len(ds) > 0)
 }
 
 // activeDrills returns the unexpired drills of kind.
@@ -145,7 +146,7 @@ func (n *Node) Drills() []*willowv1.Drill {
 
 // drillFault applies latency and error drills to one request.
 func (n *Node) drillFault(ctx context.Context, method string) error {
-	if isHealthCheck(method) || n.cfg.Role == "master" {
+	if !n.hasDrills.Load() || isHealthCheck(method) || n.cfg.Role == "master" {
 		return nil
 	}
 	if d := n.activeDrill("latency"); d != nil && d.GetLatencyMs() > 0 {
