@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 
 	"willow/edgecache/ring"
-	"willow/flex"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/store"
@@ -145,7 +144,6 @@ type Server struct {
 	group singleflight.Group
 	ring  atomic.Pointer[ring.Ring]
 	peers atomic.Pointer[map[string]string] // node ID -> gRPC address
-	knobs atomic.Pointer[flex.Knobs]
 	m     *metrics
 
 	connMu sync.Mutex // guards conns and down
@@ -223,8 +221,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 		s.disk = d
 	}
-	s.setKnobs(n.Knobs())
-	n.OnKnobs(s.setKnobs)
 	s.SetPeers(nil)
 
 	lis, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -246,8 +242,6 @@ func isNil(v any) bool {
 	rv := reflect.ValueOf(v)
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
-
-func (s *Server) setKnobs(k flex.Knobs) { s.knobs.Store(&k) }
 
 // HTTPAddr returns the address the HTTP listener is bound to.
 func (s *Server) HTTPAddr() string { return s.lis.Addr().String() }

@@ -201,7 +201,7 @@ func (s *Server) readChunks(recv func() (*willowv1.DataChunk, error)) (*object, 
 // the store again, and only while the retries knob is on.
 func (s *Server) fetchOrigin(ctx context.Context, id media.ID, variant string) (*object, error) {
 	tries := 1
-	if s.knobs.Load().Retries {
+	if s.node.Knobs().Retries {
 		tries = 3
 	}
 	if id.Loc == media.LocPool2 {

@@ -26,7 +26,7 @@ func (s *Server) admit(business, user string) error {
 		}
 		return fmt.Errorf("%w: %s", ErrOverload, reason)
 	}
-	k := s.knobs.Load()
+	k := s.node.Knobs()
 	if !Shed(k.ShedRatio[business], user) {
 		return nil
 	}
