@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"image"
-	_ "image/jpeg" // header reader for the pixel check
-	_ "image/png"  // header reader for the pixel check
 	"io"
 	"log/slog"
 	"os"
@@ -25,6 +22,7 @@ import (
 	"willow/buffer"
 	"willow/flex"
 	"willow/media"
+	"willow/mediaheader"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -501,13 +499,12 @@ func (s *Server) Status(ctx context.Context, req *willowv1.StatusRequest) (*will
 // width x height over max. Unknown formats (HEIC) pass: the compress
 // worker checks them with its own header reader.
 func checkPixels(r io.ReaderAt, size, max int64) error {
-	cfg, _, err := image.DecodeConfig(io.NewSectionReader(r, 0, min(size, 1<<20)))
-	if err != nil {
-		return nil
+	_, w, h, err := mediaheader.Check(io.NewSectionReader(r, 0, size), max)
+	if errors.Is(err, mediaheader.ErrPixelBomb) {
+		return invalid("pixel_bomb", "image header claims %dx%d, over %d pixels", w, h, max)
 	}
-	if int64(cfg.Width)*int64(cfg.Height) > max {
-		return invalid("pixel_bomb", "image header claims %dx%d, over %d pixels", cfg.Width, cfg.Height, max)
-	}
+	// Anything else (a header not complete yet, a format the header reader
+	// does not know, a corrupt file) is the compress worker's to judge.
 	return nil
 }
 
