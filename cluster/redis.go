@@ -69,9 +69,6 @@ func StartRedis(ctx context.Context, dir string) (*RedisProc, error) {
 	}
 }
 
-// PID is the child's process ID.
-func (r *RedisProc) PID() int { return r.cmd.Process.Pid }
-
 // Stop asks redis-server to exit (SIGTERM: it flushes its append-only
 // file), then kills it after 5 s.
 func (r *RedisProc) Stop() {

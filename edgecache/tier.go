@@ -72,12 +72,6 @@ func (t *memTier) add(key string, o *object) {
 	t.c.Add(key, o, int64(len(o.data)))
 }
 
-func (t *memTier) bytes() int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.c.Bytes()
-}
-
 // diskTier keeps objects as files under dir, indexed by an in-memory
 // S4LRU bounded in bytes; evicted files are deleted. Each object is two
 // files: NAME (the bytes) and NAME.json (content type and ETag).

@@ -54,9 +54,6 @@ func (e *KnobError) Unwrap() error { return e.Err }
 //go:embed levels.yaml
 var shippedLevels []byte
 
-// ShippedLevels returns the YAML of the shipped level plans.
-func ShippedLevels() []byte { return slices.Clone(shippedLevels) }
-
 // Plans are the named level plans and the known businesses. Each plan
 // maps every knob to its value (resolved through its base levels). Plans
 // are immutable after LoadPlans.

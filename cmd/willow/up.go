@@ -43,9 +43,14 @@ func cmdUp(ctx context.Context, m *Main, args []string) error {
 	fmt.Fprintf(m.Stdout, "willow: one-box cluster up (logs: %s)\n%s\n", logf.Name(), b)
 	fmt.Fprintf(m.Stdout, "\ntry:\n  willow upload --cluster %s PHOTO.jpg\n  curl -o medium.jpg http://%s/m/ID/medium\n  grpcurl -plaintext %s list\n  console: %s\n\nCtrl-C stops everything.\n",
 		filepath.Join(abs, "cluster.json"), c.File.Regions["a"].EdgecacheHTTP, c.File.Master, c.File.Console)
-	<-ctx.Done()
-	fmt.Fprintln(m.Stdout, "willow: stopping")
-	return nil
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(m.Stdout, "willow: stopping")
+		return nil
+	case <-c.Failed():
+		fmt.Fprintln(m.Stdout, "willow: a component failed; stopping")
+		return c.Err()
+	}
 }
 
 func openLog(dir string) (*os.File, error) {
