@@ -69,6 +69,197 @@ type Cluster struct {
 	nodes   []*node.Node
 }
 
+
+// Start starts the cluster and returns once every node serves and has
+// registered with the master. Stop it with Close.
+func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("cluster: Dir is required")
+	}
+	if len(cfg.Regions) == 0 {
+		cfg.Regions = []string{"a", "b"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if old, err := LoadFile(filepath.Join(cfg.Dir, "cluster.json")); err == nil {
+		if cfg.OncallToken == "" {
+			cfg.OncallToken = old.OncallToken
+		}
+		if cfg.UploadSecret == "" {
+			cfg.UploadSecret = old.UploadSecret
+		}
+	}
+	if cfg.OncallToken == "" {
+		cfg.OncallToken = randomHex(16)
+	}
+	if cfg.UploadSecret == "" {
+		cfg.UploadSecret = randomHex(32)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c = &Cluster{cfg: cfg, runCtx: runCtx, cancel: cancel, failed: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+
+	// Redis.
+	redisURL := cfg.RedisURL
+	if redisURL == "" {
+		c.redisP, err = StartRedis(ctx, filepath.Join(cfg.Dir, "redis"))
+		if err != nil {
+			return nil, err
+		}
+		redisURL = c.redisP.URL
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: redis url: %w", err)
+	}
+	rdb := redis.NewClient(opt)
+	c.Redis = rdb
+	c.closers = append(c.closers, func() { rdb.Close() })
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("cluster: redis %s: %w", redisURL, err)
+	}
+
+	// Store.
+	st := cfg.Store
+	if st == nil {
+		if st, err = fs.New(filepath.Join(cfg.Dir, "store")); err != nil {
+			return nil, err
+		}
+	}
+
+	// Master.
+	mn, err := c.newNode("master-1", "master", "", "", nodeLoad{})
+	if err != nil {
+		return nil, err
+	}
+	ms, err := master.New(master.Config{OncallToken: cfg.OncallToken}, master.Deps{Node: mn, Redis: rdb})
+	if err != nil {
+		return nil, err
+	}
+	c.Master = ms
+	c.run(mn.Run)
+	c.run(ms.Run)
+	consoleL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	console := &http.Server{Handler: ms.ConsoleHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = console.Serve(consoleL) }()
+	c.closers = append(c.closers, func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = console.Shutdown(sctx)
+	})
+	masterAddr := mn.Addr()
+	c.File = File{
+		Master: masterAddr, Console: "http://" + consoleL.Addr().String() + "/console",
+		Redis: redisURL, OncallToken: cfg.OncallToken, UploadSecret: cfg.UploadSecret,
+		Regions: map[string]Region{},
+	}
+
+	// Regions.
+	for _, region := range cfg.Regions {
+		var reg Region
+		router, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: region})
+		if err != nil {
+			return nil, err
+		}
+		c.closers = append(c.closers, func() { router.Close() })
+
+		var cs *compress.Server
+		cn, err := c.newNode("compress-"+region+"-1", "compress", region, masterAddr, nodeLoad{queueMs: func() float64 {
+			if cs == nil {
+				return 0
+			}
+			return cs.QueueMs()
+		}})
+		if err != nil {
+			return nil, err
+		}
+		cs, err = compress.New(compress.Config{TempDir: filepath.Join(cfg.Dir, "tmp")}, compress.Deps{Node: cn, Store: st})
+		if err != nil {
+			return nil, err
+		}
+		c.run(cn.Run)
+		c.run(cs.Run)
+		reg.Compress = cn.Addr()
+
+		un, err := c.newNode("upload-"+region+"-1", "upload", region, masterAddr, nodeLoad{})
+		if err != nil {
+			return nil, err
+		}
+		pools := filepath.Join(cfg.Dir, "pools", un.Config().ID)
+		p1, err := buffer.Open(filepath.Join(pools, "pool1"), buffer.Options{Name: "pool1", Registerer: un.Registry()})
+		if err != nil {
+			return nil, err
+		}
+		p2, err := buffer.Open(filepath.Join(pools, "pool2"), buffer.Options{Name: "pool2", Registerer: un.Registry()})
+		if err != nil {
+			return nil, err
+		}
+		c.closers = append(c.closers, func() { p1.Close(); p2.Close() })
+		us, err := upload.New(upload.Config{
+			Secret:     []byte(cfg.UploadSecret),
+			StagingDir: filepath.Join(cfg.Dir, "staging", un.Config().ID),
+		}, upload.Deps{Node: un, Store: st, Redis: rdb, Router: router, Pool1: p1, Pool2: p2})
+		if err != nil {
+			return nil, err
+		}
+		c.run(un.Run)
+		c.run(us.Run)
+		reg.Upload = un.Addr()
+
+		en, err := c.newNode("edgecache-"+region+"-1", "edgecache", region, masterAddr, nodeLoad{})
+		if err != nil {
+			return nil, err
+		}
+		es, err := edgecache.New(edgecache.Config{}, edgecache.Deps{Node: en, Store: st, Router: router})
+		if err != nil {
+			return nil, err
+		}
+		c.run(en.Run)
+		c.run(es.Run)
+		reg.EdgecacheGRPC = en.Addr()
+		reg.EdgecacheHTTP = es.HTTPAddr()
+		c.File.Regions[region] = reg
+	}
+
+	// Timeline.
+	var ts *timeline.Server
+	tn, err := c.newNode("timeline-"+cfg.Regions[0]+"-1", "timeline", cfg.Regions[0], masterAddr, nodeLoad{gauges: func() map[string]float64 {
+		if ts == nil {
+			return nil
+		}
+		return ts.Gauges()
+	}})
+	if err != nil {
+		return nil, err
+	}
+	ts, err = timeline.New(timeline.Config{}, timeline.Deps{Node: tn, Redis: rdb})
+	if err != nil {
+		return nil, err
+	}
+	c.run(tn.Run)
+	c.run(ts.Run)
+	c.File.Timeline = tn.Addr()
+
+	if err := c.File.Save(filepath.Join(cfg.Dir, "cluster.json")); err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx, masterAddr); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // newNode builds a node with the shared shedding interceptors installed.
 // nodeLoad are the role-specific load figures a node reports.
 type nodeLoad struct {
