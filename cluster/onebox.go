@@ -69,7 +69,6 @@ type Cluster struct {
 	nodes   []*node.Node
 }
 
-
 // Start starts the cluster and returns once every node serves and has
 // registered with the master. Stop it with Close.
 func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
