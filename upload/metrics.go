@@ -1,0 +1,46 @@
+package upload
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// metrics are the upload front's Prometheus series.
+type metrics struct {
+	uploads  *prometheus.CounterVec
+	bytes    prometheus.Counter
+	spills   *prometheus.CounterVec
+	journal  prometheus.Gauge
+	drained  *prometheus.CounterVec
+	compress *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_uploads_total",
+			Help: "Upload commits by outcome (store, pool1, pool2, duplicate, rejected)."}, []string{"outcome"}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "willow_upload_bytes_total",
+			Help: "Raw bytes of committed uploads."}),
+		spills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_spills_total",
+			Help: "Uploads spilled into a buffer pool, by pool and cause."}, []string{"pool", "cause"}),
+		journal: prometheus.NewGauge(prometheus.GaugeOpts{Name: "willow_upload_journal_depth",
+			Help: "Compress jobs waiting in the durable journal."}),
+		drained: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_drained_total",
+			Help: "Media moved from a buffer pool to the store."}, []string{"pool"}),
+		compress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_compress_total",
+			Help: "Compress attempts by outcome (ok, error)."}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.uploads, m.bytes, m.spills, m.journal, m.drained, m.compress)
+	return m
+}
+
+// New validates cfg, recovers the staging dir and registers the Upload
+
+// counterValue reads a counter's current value (for BufferStatus).
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if c.Write(&m) != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}

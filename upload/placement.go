@@ -1,0 +1,114 @@
+package upload
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+
+	"google.golang.org/grpc/codes"
+
+	"willow/buffer"
+	"willow/media"
+	"willow/rpcstatus"
+)
+
+// findCommitted looks for a committed record of key: the store, then the
+// pools. A store error is returned; the caller decides.
+func (s *Server) findCommitted(ctx context.Context, key string) (Record, bool, error) {
+	for _, n := range []int{1, 2} {
+		if p := s.pools[n]; p != nil {
+			if e, err := p.Stat(media.RawKey(key)); err == nil {
+				var rec Record
+				if json.Unmarshal(e.Meta, &rec) == nil && rec.ID != "" {
+					return rec, true, nil
+				}
+			}
+		}
+	}
+	ctx, cancel := s.storeCtx(ctx)
+	defer cancel()
+	return readRecord(ctx, s.st, key)
+}
+
+// persist makes the raw bytes and the record durable and returns where.
+func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.ReaderAt, size int64, deferred bool) (string, error) {
+	k := s.node.Knobs()
+	id := media.ID{Loc: media.LocStore, Region: s.region, Node: s.nodeID, Key: key}
+	if p := s.pools[1]; p != nil && (k.Pool1 == "force" || (k.Pool1 == "auto" && deferred)) {
+		cause := "force"
+		if k.Pool1 != "force" {
+			cause = "shed"
+		}
+		id.Loc = media.LocPool1
+		rec.ID, rec.Location = id.String(), LocationPool1
+		if err := s.appendPool(ctx, p, key, rec, ra, size); err != nil {
+			s.log.Warn("upload: pool1 append failed; trying the store", "key", key, "err", err)
+		} else {
+			s.m.spills.WithLabelValues("pool1", cause).Inc()
+			return LocationPool1, nil
+		}
+	}
+	p2 := s.pools[2]
+	if p2 != nil && k.Pool2 != "off" {
+		cause := ""
+		switch {
+		case k.Pool2 == "force":
+			cause = "force"
+		case !s.storeLim.Allow():
+			cause = "budget"
+		}
+		if cause != "" {
+			if err := s.toPool2(ctx, p2, id, key, rec, ra, size); err == nil {
+				s.m.spills.WithLabelValues("pool2", cause).Inc()
+				return LocationPool2, nil
+			}
+		}
+	}
+	id.Loc = media.LocStore
+	rec.ID, rec.Location = id.String(), LocationStore
+	serr := s.toStore(ctx, key, rec, ra, size)
+	if serr == nil {
+		return LocationStore, nil
+	}
+	s.log.Warn("upload: store write failed", "key", key, "err", serr)
+	if p2 != nil && k.Pool2 != "off" {
+		if err := s.toPool2(ctx, p2, id, key, rec, ra, size); err == nil {
+			s.m.spills.WithLabelValues("pool2", "store_error").Inc()
+			return LocationPool2, nil
+		}
+	}
+	return "", rpcstatus.New(codes.Unavailable, "store_unavailable", "raw bytes could not be made durable: %v", serr)
+}
+
+func (s *Server) toPool2(ctx context.Context, p *buffer.Pool, id media.ID, key string, rec *Record, ra io.ReaderAt, size int64) error {
+	id.Loc = media.LocPool2
+	rec.ID, rec.Location = id.String(), LocationPool2
+	err := s.appendPool(ctx, p, key, rec, ra, size)
+	if err != nil {
+		s.log.Warn("upload: pool2 append failed", "key", key, "err", err)
+	}
+	return err
+}
+
+func (s *Server) appendPool(ctx context.Context, p *buffer.Pool, key string, rec *Record, ra io.ReaderAt, size int64) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.storeCtx(ctx)
+	defer cancel()
+	return p.Append(ctx, media.RawKey(key), b, io.NewSectionReader(ra, 0, size), size)
+}
+
+func (s *Server) toStore(ctx context.Context, key string, rec *Record, ra io.ReaderAt, size int64) error {
+	ctx, cancel := s.storeCtx(ctx)
+	defer cancel()
+	ct := rec.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	if err := s.st.Put(ctx, media.RawKey(key), io.NewSectionReader(ra, 0, size), size, ct); err != nil {
+		return err
+	}
+	return writeRecord(ctx, s.st, *rec)
+}
