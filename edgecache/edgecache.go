@@ -41,8 +41,9 @@ const (
 type Config struct {
 	// CapacityBytes bounds the memory cache; default DefaultCapacityBytes.
 	CapacityBytes int64
-	// DiskDir, when set, enables the disk tier in DiskDir/objects (wiped
-	// at start: the tier is a cache, not a store).
+	// DiskDir, when set, enables the disk tier in DiskDir/objects. Its
+	// contents survive a restart: the index is rebuilt from the files at
+	// start, torn or corrupt entries dropped (see diskTier).
 	DiskDir string
 	// DiskCapacityBytes bounds the disk tier; default
 	// DefaultDiskCapacityBytes.
@@ -215,10 +216,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mem = newMemTier(cfg.CapacityBytes, func() { s.m.evictions.WithLabelValues("memory").Inc() })
 	s.hot = newMemTier(max(cfg.CapacityBytes/8, 1), func() { s.m.evictions.WithLabelValues("hot").Inc() })
 	if cfg.DiskDir != "" {
-		d, err := newDiskTier(cfg.DiskDir, cfg.DiskCapacityBytes, func() { s.m.evictions.WithLabelValues("disk").Inc() })
+		d, st, err := newDiskTier(cfg.DiskDir, cfg.DiskCapacityBytes, s.log, func() { s.m.evictions.WithLabelValues("disk").Inc() })
 		if err != nil {
 			return nil, err
 		}
+		s.log.Info("disk tier loaded", "dir", cfg.DiskDir, "entries", st.Entries, "bytes", st.Bytes, "dropped", st.Dropped)
 		s.disk = d
 	}
 	s.SetPeers(nil)

@@ -189,6 +189,7 @@ func (s *Server) readChunks(recv func() (*willowv1.DataChunk, error)) (*object, 
 		buf.Write(c.GetData())
 	}
 	o.data = buf.Bytes()
+	o.size = int64(len(o.data))
 	if o.etag == "" {
 		o.etag = etagOf(o.data)
 	}
@@ -275,7 +276,7 @@ func (s *Server) readStore(ctx context.Context, id media.ID, variant string) (*o
 	if n > s.cfg.MaxObjectBytes {
 		return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, s.cfg.MaxObjectBytes)
 	}
-	o := &object{data: buf.Bytes(), contentType: contentType(info.ContentType, buf.Bytes())}
+	o := &object{data: buf.Bytes(), size: int64(buf.Len()), contentType: contentType(info.ContentType, buf.Bytes())}
 	o.etag = etagOf(o.data)
 	return o, nil
 }
