@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
 	"net/http"
@@ -313,7 +312,7 @@ func (s *Server) apiSetFlex(w http.ResponseWriter, r *http.Request) {
 	if c.DryRun {
 		// A preview is read-only, but the page only offers it to holders
 		// of the token: check it without auditing.
-		if err := s.flexToken(req.Token); err != nil {
+		if err := s.checkOncall(req.Token); err != nil {
 			consoleError(w, err)
 			return
 		}
@@ -347,20 +346,4 @@ func (s *Server) apiRollback(w http.ResponseWriter, r *http.Request) {
 	}
 	writeConsoleJSON(w, http.StatusOK, consoleChangeResult{Flex: flex.NewStatus(resp.GetFlex()),
 		Previous: flex.NewStatus(resp.GetPrevious()), Changes: flex.Diff(resp.GetPrevious(), resp.GetFlex())})
-}
-
-// flexToken checks an on-call token without auditing: empty configured
-// token is PERMISSION_DENIED (read-only master), empty token
-// UNAUTHENTICATED, a wrong one PERMISSION_DENIED, all with reason
-// oncall_token.
-func (s *Server) flexToken(token string) error {
-	switch {
-	case s.cfg.OncallToken == "":
-		return rpcstatus.New(codes.PermissionDenied, "oncall_token", "this master has no on-call token configured: it is read-only")
-	case token == "":
-		return rpcstatus.New(codes.Unauthenticated, "oncall_token", "an on-call token is required (--token or WILLOW_ONCALL_TOKEN)")
-	case subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.OncallToken)) != 1:
-		return rpcstatus.New(codes.PermissionDenied, "oncall_token", "wrong on-call token")
-	}
-	return nil
 }

@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"crypto/subtle"
 	"fmt"
 	"sort"
 	"time"
@@ -22,15 +21,6 @@ const (
 )
 
 func (s *Server) drillsKey() string { return s.key("drills") }
-
-// drillToken reports PERMISSION_DENIED (reason oncall_token) unless token
-// is the configured on-call token.
-func (s *Server) drillToken(token string) error {
-	if s.cfg.OncallToken == "" || subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.OncallToken)) != 1 {
-		return rpcstatus.New(codes.PermissionDenied, "oncall_token", "a valid on-call token is required")
-	}
-	return nil
-}
 
 // loadDrills reads the drills from Redis.
 func (s *Server) loadDrills(ctx context.Context) ([]*willowv1.Drill, error) {
@@ -95,7 +85,7 @@ func (s *Server) cleanDrills(ctx context.Context, now time.Time) error {
 // heartbeats, for for_ms. A new drill replaces the node's drill of the same
 // kind; for_ms of 0 with an existing kind ends it now. The node receives
 // it with its next heartbeat. Every attempt is audited. Errors:
-// PERMISSION_DENIED (oncall_token), INVALID_ARGUMENT (kind, for, latency,
+// UNAUTHENTICATED or PERMISSION_DENIED (oncall_token, see checkOncall), INVALID_ARGUMENT (kind, for, latency,
 // error_ratio), NOT_FOUND (node), UNAVAILABLE (redis).
 func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (resp *willowv1.SetDrillResponse, err error) {
 	now := s.now()
@@ -114,7 +104,7 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 		}
 		s.audit(e)
 	}()
-	if err := s.drillToken(req.GetToken()); err != nil {
+	if err := s.checkOncall(req.GetToken()); err != nil {
 		return nil, err
 	}
 	dur := time.Duration(req.GetForMs()) * time.Millisecond

@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -425,29 +424,6 @@ func (s *Server) expireDue(ctx context.Context) error {
 }
 
 var errNothingDue = errors.New("nothing due")
-
-// authorize checks the on-call token and audits a denial.
-func (s *Server) authorize(ctx context.Context, token, action, actor, scope, reason string) error {
-	err := s.flexToken(token)
-	if err != nil {
-		s.flexChanges.WithLabelValues(action, "denied").Inc()
-		cur, _, _ := s.current()
-		s.audit(&willowv1.AuditEntry{Actor: actorOf(ctx, actor), Action: action, Scope: scope, Reason: reason,
-			FromVersion: cur.Version, ToVersion: cur.Version, Error: rpcstatus.Line(err)})
-	}
-	return err
-}
-
-// actorOf returns actor, or "anonymous@PEER" when empty.
-func actorOf(ctx context.Context, actor string) string {
-	if actor != "" {
-		return actor
-	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return "anonymous@" + p.Addr.String()
-	}
-	return "anonymous"
-}
 
 // GetFlex returns the current flex state, reread from Redis so that it
 // includes changes made through other masters a moment ago; when Redis

@@ -452,7 +452,12 @@ func TestDrills(t *testing.T) {
 	_, err := m.client.SetDrill(ctx, &willowv1.SetDrillRequest{Token: "wrong", ForMs: 1000,
 		Drill: &willowv1.Drill{NodeAddr: nd.node.Addr(), Kind: "errors", ErrorRatio: 1}})
 	if status.Code(err) != codes.PermissionDenied || rpcstatus.Reason(err) != "oncall_token" {
-		t.Fatalf("drill without token: %v, want PERMISSION_DENIED oncall_token", err)
+		t.Fatalf("drill with a wrong token: %v, want PERMISSION_DENIED oncall_token", err)
+	}
+	_, err = m.client.SetDrill(ctx, &willowv1.SetDrillRequest{ForMs: 1000,
+		Drill: &willowv1.Drill{NodeAddr: nd.node.Addr(), Kind: "errors", ErrorRatio: 1}})
+	if status.Code(err) != codes.Unauthenticated || rpcstatus.Reason(err) != "oncall_token" {
+		t.Fatalf("drill without token: %v, want UNAUTHENTICATED oncall_token (the same check as flex)", err)
 	}
 	for _, bad := range []*willowv1.SetDrillRequest{
 		{Token: "t", ForMs: 1000, Drill: &willowv1.Drill{NodeAddr: nd.node.Addr(), Kind: "meteor"}},
@@ -510,8 +515,8 @@ func TestDrills(t *testing.T) {
 			refused++
 		}
 	}
-	if accepted != 1 || refused != 5 {
-		t.Fatalf("audit has %d accepted and %d refused drills, want 1 and 5", accepted, refused)
+	if accepted != 1 || refused != 6 {
+		t.Fatalf("audit has %d accepted and %d refused drills, want 1 and 6", accepted, refused)
 	}
 
 	// Latency drill by node ID.
