@@ -13,7 +13,7 @@ import (
 // state until ctx is done. Failures are retried with backoff; the node keeps
 // its last knobs meanwhile.
 func (n *Node) runMaster(ctx context.Context) {
-	conn, err := Dial(n.cfg.MasterAddr, n.cfg.ClientTLS)
+	conn, err := n.Dial(n.cfg.MasterAddr)
 	if err != nil {
 		n.log.Error("dial master", "err", err)
 		return

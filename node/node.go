@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"willow/auth"
 	"willow/flex"
 	willowv1 "willow/proto/willow/v1"
 	"willow/shedding"
@@ -72,8 +73,14 @@ type Config struct {
 	Stream []grpc.StreamServerInterceptor
 	// TLS, when set, serves gRPC over TLS.
 	TLS *tls.Config
-	// ClientTLS, when set, is used to dial the master.
+	// ClientTLS, when set, is used to dial the master and other nodes.
 	ClientTLS *tls.Config
+	// Auth, when set, authenticates every call (package auth): services
+	// declare their method tables on Guard. Nil leaves calls
+	// unauthenticated (auth.Open: in-process tests only; the mains refuse
+	// to start without credentials). Auth.ClusterSecret is also what this
+	// node presents when it dials other nodes without TLS.
+	Auth *auth.Config
 	// Shed, when set, installs the shared admission policy (shedding) on
 	// every RPC, reading this node's live knobs; health checks and
 	// reflection are always exempt.
@@ -111,6 +118,8 @@ type Node struct {
 	hasDrills atomic.Bool // len(drills) > 0, for the per-request fast path
 
 	shedder *shedding.Shedder
+	guard   *auth.Guard
+	creds   auth.NodeCredentials
 
 	flexVersion prometheus.Gauge
 	flexLevel   *prometheus.GaugeVec
@@ -161,6 +170,16 @@ func New(cfg Config) (*Node, error) {
 	n.flexLevel = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "willow_flex_level", Help: "1 for the flex level this node runs."}, []string{"level"})
 	n.reg.MustRegister(n.flexVersion, n.flexLevel)
 	n.flexLevel.WithLabelValues("normal").Set(1)
+
+	n.guard = auth.Open()
+	if cfg.Auth != nil {
+		g, err := auth.New(*cfg.Auth)
+		if err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+		n.guard = g
+		n.creds = auth.NodeCredentials{Secret: cfg.Auth.ClusterSecret, ID: cfg.ID, Role: cfg.Role, Instance: auth.NewInstance()}
+	}
 
 	if cfg.Shed != nil {
 		sc := *cfg.Shed
@@ -215,6 +234,7 @@ func New(cfg Config) (*Node, error) {
 	unary := []grpc.UnaryServerInterceptor{
 		n.metrics.UnaryServerInterceptor(),
 		logging.UnaryServerInterceptor(logger, logOpts...),
+		n.guard.UnaryServerInterceptor(),
 		n.statsUnary,
 		n.drillUnary,
 	}
@@ -223,6 +243,7 @@ func New(cfg Config) (*Node, error) {
 	stream := []grpc.StreamServerInterceptor{
 		n.metrics.StreamServerInterceptor(),
 		logging.StreamServerInterceptor(logger, logOpts...),
+		n.guard.StreamServerInterceptor(),
 		n.statsStream,
 		n.drillStream,
 	}
@@ -252,6 +273,21 @@ func New(cfg Config) (*Node, error) {
 
 // Shedder is the node's admission policy, nil when Config.Shed was nil.
 func (n *Node) Shedder() *shedding.Shedder { return n.shedder }
+
+// Guard is the node's call guard: each service declares its method table
+// on it (Guard().Declare) when it registers.
+func (n *Node) Guard() *auth.Guard { return n.guard }
+
+// Credentials are what this node presents when it calls another node
+// (cluster secret, ID, role, instance key); empty without Config.Auth or
+// with TLS only.
+func (n *Node) Credentials() auth.NodeCredentials { return n.creds }
+
+// Dial opens a connection to another node with this node's TLS client
+// configuration and credentials attached to every call.
+func (n *Node) Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return Dial(addr, n.cfg.ClientTLS, append([]grpc.DialOption{grpc.WithPerRPCCredentials(n.creds)}, opts...)...)
+}
 
 // Server is the gRPC server to register services on before Run.
 func (n *Node) Server() *grpc.Server { return n.grpc }
