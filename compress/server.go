@@ -126,6 +126,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			return nil, fmt.Errorf("compress: register metrics: %w", err)
 		}
 	}
+	if err := deps.Node.Guard().Declare(Methods()); err != nil {
+		return nil, err
+	}
 	willowv1.RegisterCompressServer(deps.Node.Server(), s)
 	return s, nil
 }

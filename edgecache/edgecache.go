@@ -232,6 +232,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.lis = lis
 	s.handler = http.HandlerFunc(s.serveHTTP)
 	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	if err := n.Guard().Declare(Methods()); err != nil {
+		return nil, err
+	}
 	willowv1.RegisterEdgeCacheServer(n.Server(), s)
 	n.SetHTTPAddr(s.HTTPAddr())
 	return s, nil

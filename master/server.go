@@ -211,6 +211,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := s.initFlex(); err != nil {
 		return nil, err
 	}
+	if err := deps.Node.Guard().Declare(Methods()); err != nil {
+		return nil, err
+	}
 	willowv1.RegisterMasterServer(deps.Node.Server(), s)
 	return s, nil
 }

@@ -166,6 +166,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.m = m
 	deps.Node.OnKnobs(func(flex.Knobs) { s.poke() })
+	if err := deps.Node.Guard().Declare(Methods()); err != nil {
+		return nil, err
+	}
 	willowv1.RegisterTimelineServer(deps.Node.Server(), s)
 	return s, nil
 }

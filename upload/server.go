@@ -118,6 +118,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := s.scanStaging(); err != nil {
 		return nil, fmt.Errorf("upload: staging: %w", err)
 	}
+	if err := deps.Node.Guard().Declare(Methods()); err != nil {
+		return nil, err
+	}
 	willowv1.RegisterUploadServer(deps.Node.Server(), s)
 	return s, nil
 }

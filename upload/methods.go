@@ -1,0 +1,24 @@
+package upload
+
+import (
+	"willow/auth"
+	willowv1 "willow/proto/willow/v1"
+)
+
+// Methods is the upload front's caller-class table (package auth): the
+// upload calls are the client's own, with its upload token on every one;
+// pool reads are for nodes (edge caches); buffer status and drains are
+// for operators.
+func Methods() auth.Table {
+	client := auth.Rule{Classes: auth.Client}
+	return auth.Table{
+		willowv1.Upload_Begin_FullMethodName:        client,
+		willowv1.Upload_Chunks_FullMethodName:       client,
+		willowv1.Upload_Status_FullMethodName:       client,
+		willowv1.Upload_Commit_FullMethodName:       client,
+		willowv1.Upload_GetMedia_FullMethodName:     {Classes: auth.Client | auth.Node | auth.Operator, Role: auth.RoleRead},
+		willowv1.Upload_ReadPool_FullMethodName:     {Classes: auth.Node},
+		willowv1.Upload_BufferStatus_FullMethodName: {Classes: auth.Operator, Role: auth.RoleRead},
+		willowv1.Upload_Drain_FullMethodName:        {Classes: auth.Operator, Role: auth.RoleOncall},
+	}
+}
