@@ -56,7 +56,7 @@ var PublicMethods = Table{
 	healthpb.Health_Check_FullMethodName: {Classes: Public},
 	healthpb.Health_Watch_FullMethodName: {Classes: Public},
 	// List is the newer health method; reflection both versions.
-	"/grpc.health.v1.Health/List":                                  {Classes: Public},
+	"/grpc.health.v1.Health/List":                                    {Classes: Public},
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      {Classes: Public},
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": {Classes: Public},
 }
