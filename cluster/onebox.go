@@ -23,6 +23,7 @@ import (
 	"willow/master"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 	"willow/shedding"
 	"willow/store"
 	"willow/store/fs"
@@ -100,9 +101,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c = &Cluster{cfg: cfg, runCtx: runCtx, cancel: cancel, failed: make(chan struct{})}
+	// Close what started on failure: through its own variable, since
+	// every error return sets the result c to nil.
+	started := c
 	defer func() {
 		if err != nil {
-			c.Close()
+			started.Close()
 		}
 	}()
 
@@ -115,15 +119,14 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 		redisURL = c.redisP.URL
 	}
-	opt, err := redis.ParseURL(redisURL)
+	rdb, err := redisconn.Open(redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: redis url: %w", err)
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	rdb := redis.NewClient(opt)
 	c.Redis = rdb
 	c.closers = append(c.closers, func() { rdb.Close() })
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("cluster: redis %s: %w", redisURL, err)
+		return nil, fmt.Errorf("cluster: redis %s: %w", redisconn.Redact(redisURL), err)
 	}
 
 	// Store.

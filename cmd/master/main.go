@@ -19,11 +19,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"willow/cmd/internal/daemon"
 	"willow/master"
 	"willow/node"
+	"willow/redisconn"
 )
 
 func main() { daemon.Main("master", NewMain().Run) }
@@ -93,11 +92,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 
 	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
-	opt, err := redis.ParseURL(mc.Redis)
+	rdb, err := redisconn.Open(mc.Redis)
 	if err != nil {
-		return fmt.Errorf("redis url: %w", err)
+		return err
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	fc.Node.Region, fc.Node.Master = "", ""
 	ncfg, err := f.NodeConfig("master", fc.Node, log)

@@ -12,16 +12,14 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"willow/cmd/internal/daemon"
 	"willow/node"
+	"willow/redisconn"
 	"willow/timeline"
 )
 
@@ -79,11 +77,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 
 	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
-	opt, err := redis.ParseURL(fc.Timeline.Redis)
+	rdb, err := redisconn.Open(fc.Timeline.Redis)
 	if err != nil {
-		return fmt.Errorf("redis url: %w", err)
+		return err
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	var srv *timeline.Server // set before the node runs, read by heartbeats
 	ncfg, err := f.NodeConfig("timeline", fc.Node, log)

@@ -23,12 +23,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"willow/buffer"
 	"willow/client"
 	"willow/cmd/internal/daemon"
 	"willow/node"
+	"willow/redisconn"
 	"willow/upload"
 )
 
@@ -128,11 +127,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		deps.Router = r
 	}
 	if uc.Redis != "" {
-		opt, err := redis.ParseURL(uc.Redis)
+		rdb, err := redisconn.Open(uc.Redis)
 		if err != nil {
-			return fmt.Errorf("redis: %w", err)
+			return err
 		}
-		rdb := redis.NewClient(opt)
 		defer rdb.Close()
 		deps.Redis = rdb
 	}
