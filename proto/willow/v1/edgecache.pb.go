@@ -26,9 +26,15 @@ type GetRequest struct {
 	MediaId string                 `protobuf:"bytes,1,opt,name=media_id,json=mediaId,proto3" json:"media_id,omitempty"`
 	Variant string                 `protobuf:"bytes,2,opt,name=variant,proto3" json:"variant,omitempty"`
 	// peer is set by an OC peer fetching for its owner ring: do not forward.
-	Peer          bool  `protobuf:"varint,3,opt,name=peer,proto3" json:"peer,omitempty"`
-	Offset        int64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        int64 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"` // 0 = to the end
+	Peer   bool  `protobuf:"varint,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	Offset int64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length int64 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"` // 0 = to the end
+	// signature is the signed part of a download URL (package urlsign):
+	// required for media of a signed business unless the caller is an OC
+	// peer node. Without a valid one the edge answers PERMISSION_DENIED
+	// with reason signature_missing, signature_expired, signature_invalid
+	// or signature_unknown_key.
+	Signature     *UrlSignature `protobuf:"bytes,6,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -98,18 +104,101 @@ func (x *GetRequest) GetLength() int64 {
 	return 0
 }
 
+func (x *GetRequest) GetSignature() *UrlSignature {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// UrlSignature is what the query of a signed URL carries
+// (u=USER&exp=EXPIRES&kid=KEY_ID&sig=MAC).
+type UrlSignature struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	ExpiresUnix   int64                  `protobuf:"varint,2,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	User          string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"` // the user the URL was signed for
+	Mac           string                 `protobuf:"bytes,4,opt,name=mac,proto3" json:"mac,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UrlSignature) Reset() {
+	*x = UrlSignature{}
+	mi := &file_willow_v1_edgecache_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UrlSignature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UrlSignature) ProtoMessage() {}
+
+func (x *UrlSignature) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_edgecache_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UrlSignature.ProtoReflect.Descriptor instead.
+func (*UrlSignature) Descriptor() ([]byte, []int) {
+	return file_willow_v1_edgecache_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UrlSignature) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *UrlSignature) GetExpiresUnix() int64 {
+	if x != nil {
+		return x.ExpiresUnix
+	}
+	return 0
+}
+
+func (x *UrlSignature) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *UrlSignature) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
 var File_willow_v1_edgecache_proto protoreflect.FileDescriptor
 
 const file_willow_v1_edgecache_proto_rawDesc = "" +
 	"\n" +
-	"\x19willow/v1/edgecache.proto\x12\twillow.v1\x1a\x16willow/v1/upload.proto\"\x85\x01\n" +
+	"\x19willow/v1/edgecache.proto\x12\twillow.v1\x1a\x16willow/v1/upload.proto\"\xbc\x01\n" +
 	"\n" +
 	"GetRequest\x12\x19\n" +
 	"\bmedia_id\x18\x01 \x01(\tR\amediaId\x12\x18\n" +
 	"\avariant\x18\x02 \x01(\tR\avariant\x12\x12\n" +
 	"\x04peer\x18\x03 \x01(\bR\x04peer\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x05 \x01(\x03R\x06length2A\n" +
+	"\x06length\x18\x05 \x01(\x03R\x06length\x125\n" +
+	"\tsignature\x18\x06 \x01(\v2\x17.willow.v1.UrlSignatureR\tsignature\"n\n" +
+	"\fUrlSignature\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12!\n" +
+	"\fexpires_unix\x18\x02 \x01(\x03R\vexpiresUnix\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x10\n" +
+	"\x03mac\x18\x04 \x01(\tR\x03mac2A\n" +
 	"\tEdgeCache\x124\n" +
 	"\x03Get\x12\x15.willow.v1.GetRequest\x1a\x14.willow.v1.DataChunk0\x01B!Z\x1fwillow/proto/willow/v1;willowv1b\x06proto3"
 
@@ -125,19 +214,21 @@ func file_willow_v1_edgecache_proto_rawDescGZIP() []byte {
 	return file_willow_v1_edgecache_proto_rawDescData
 }
 
-var file_willow_v1_edgecache_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_willow_v1_edgecache_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_willow_v1_edgecache_proto_goTypes = []any{
-	(*GetRequest)(nil), // 0: willow.v1.GetRequest
-	(*DataChunk)(nil),  // 1: willow.v1.DataChunk
+	(*GetRequest)(nil),   // 0: willow.v1.GetRequest
+	(*UrlSignature)(nil), // 1: willow.v1.UrlSignature
+	(*DataChunk)(nil),    // 2: willow.v1.DataChunk
 }
 var file_willow_v1_edgecache_proto_depIdxs = []int32{
-	0, // 0: willow.v1.EdgeCache.Get:input_type -> willow.v1.GetRequest
-	1, // 1: willow.v1.EdgeCache.Get:output_type -> willow.v1.DataChunk
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	1, // 0: willow.v1.GetRequest.signature:type_name -> willow.v1.UrlSignature
+	0, // 1: willow.v1.EdgeCache.Get:input_type -> willow.v1.GetRequest
+	2, // 2: willow.v1.EdgeCache.Get:output_type -> willow.v1.DataChunk
+	2, // [2:3] is the sub-list for method output_type
+	1, // [1:2] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_willow_v1_edgecache_proto_init() }
@@ -152,7 +243,7 @@ func file_willow_v1_edgecache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_willow_v1_edgecache_proto_rawDesc), len(file_willow_v1_edgecache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -287,8 +287,11 @@ type TimelineItem struct {
 	PostId         string                 `protobuf:"bytes,2,opt,name=post_id,json=postId,proto3" json:"post_id,omitempty"`
 	MediaIds       []string               `protobuf:"bytes,3,rep,name=media_ids,json=mediaIds,proto3" json:"media_ids,omitempty"`
 	PostedAtUnixMs int64                  `protobuf:"varint,4,opt,name=posted_at_unix_ms,json=postedAtUnixMs,proto3" json:"posted_at_unix_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// media are the item's media as download URLs signed for the polling
+	// user, in media_ids order.
+	Media         []*MediaLinks `protobuf:"bytes,5,rep,name=media,proto3" json:"media,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TimelineItem) Reset() {
@@ -349,6 +352,78 @@ func (x *TimelineItem) GetPostedAtUnixMs() int64 {
 	return 0
 }
 
+func (x *TimelineItem) GetMedia() []*MediaLinks {
+	if x != nil {
+		return x.Media
+	}
+	return nil
+}
+
+// MediaLinks are the signed download URLs of one media item.
+type MediaLinks struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	MediaId string                 `protobuf:"bytes,1,opt,name=media_id,json=mediaId,proto3" json:"media_id,omitempty"`
+	// urls maps a variant name to its edge path and signed query,
+	// /m/ID/VARIANT?u=USER&exp=…&kid=…&sig=…: request it from an edge cache
+	// of the caller's region over HTTP, or pass its query as EdgeCache.Get's
+	// signature.
+	Urls          map[string]string `protobuf:"bytes,2,rep,name=urls,proto3" json:"urls,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ExpiresUnix   int64             `protobuf:"varint,3,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MediaLinks) Reset() {
+	*x = MediaLinks{}
+	mi := &file_willow_v1_timeline_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MediaLinks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MediaLinks) ProtoMessage() {}
+
+func (x *MediaLinks) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_timeline_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MediaLinks.ProtoReflect.Descriptor instead.
+func (*MediaLinks) Descriptor() ([]byte, []int) {
+	return file_willow_v1_timeline_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MediaLinks) GetMediaId() string {
+	if x != nil {
+		return x.MediaId
+	}
+	return ""
+}
+
+func (x *MediaLinks) GetUrls() map[string]string {
+	if x != nil {
+		return x.Urls
+	}
+	return nil
+}
+
+func (x *MediaLinks) GetExpiresUnix() int64 {
+	if x != nil {
+		return x.ExpiresUnix
+	}
+	return 0
+}
+
 type PollResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*TimelineItem        `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -359,7 +434,7 @@ type PollResponse struct {
 
 func (x *PollResponse) Reset() {
 	*x = PollResponse{}
-	mi := &file_willow_v1_timeline_proto_msgTypes[6]
+	mi := &file_willow_v1_timeline_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +446,7 @@ func (x *PollResponse) String() string {
 func (*PollResponse) ProtoMessage() {}
 
 func (x *PollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_willow_v1_timeline_proto_msgTypes[6]
+	mi := &file_willow_v1_timeline_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +459,7 @@ func (x *PollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollResponse.ProtoReflect.Descriptor instead.
 func (*PollResponse) Descriptor() ([]byte, []int) {
-	return file_willow_v1_timeline_proto_rawDescGZIP(), []int{6}
+	return file_willow_v1_timeline_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PollResponse) GetItems() []*TimelineItem {
@@ -409,7 +484,7 @@ type TimelineStatsRequest struct {
 
 func (x *TimelineStatsRequest) Reset() {
 	*x = TimelineStatsRequest{}
-	mi := &file_willow_v1_timeline_proto_msgTypes[7]
+	mi := &file_willow_v1_timeline_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +496,7 @@ func (x *TimelineStatsRequest) String() string {
 func (*TimelineStatsRequest) ProtoMessage() {}
 
 func (x *TimelineStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_willow_v1_timeline_proto_msgTypes[7]
+	mi := &file_willow_v1_timeline_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +509,7 @@ func (x *TimelineStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineStatsRequest.ProtoReflect.Descriptor instead.
 func (*TimelineStatsRequest) Descriptor() ([]byte, []int) {
-	return file_willow_v1_timeline_proto_rawDescGZIP(), []int{7}
+	return file_willow_v1_timeline_proto_rawDescGZIP(), []int{8}
 }
 
 type TimelineStatsResponse struct {
@@ -450,7 +525,7 @@ type TimelineStatsResponse struct {
 
 func (x *TimelineStatsResponse) Reset() {
 	*x = TimelineStatsResponse{}
-	mi := &file_willow_v1_timeline_proto_msgTypes[8]
+	mi := &file_willow_v1_timeline_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +537,7 @@ func (x *TimelineStatsResponse) String() string {
 func (*TimelineStatsResponse) ProtoMessage() {}
 
 func (x *TimelineStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_willow_v1_timeline_proto_msgTypes[8]
+	mi := &file_willow_v1_timeline_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +550,7 @@ func (x *TimelineStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineStatsResponse.ProtoReflect.Descriptor instead.
 func (*TimelineStatsResponse) Descriptor() ([]byte, []int) {
-	return file_willow_v1_timeline_proto_rawDescGZIP(), []int{8}
+	return file_willow_v1_timeline_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TimelineStatsResponse) GetHeldItems() int64 {
@@ -532,12 +607,21 @@ const file_willow_v1_timeline_proto_rawDesc = "" +
 	"\vPollRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x16\n" +
 	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x87\x01\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\xb4\x01\n" +
 	"\fTimelineItem\x12\x16\n" +
 	"\x06author\x18\x01 \x01(\tR\x06author\x12\x17\n" +
 	"\apost_id\x18\x02 \x01(\tR\x06postId\x12\x1b\n" +
 	"\tmedia_ids\x18\x03 \x03(\tR\bmediaIds\x12)\n" +
-	"\x11posted_at_unix_ms\x18\x04 \x01(\x03R\x0epostedAtUnixMs\"U\n" +
+	"\x11posted_at_unix_ms\x18\x04 \x01(\x03R\x0epostedAtUnixMs\x12+\n" +
+	"\x05media\x18\x05 \x03(\v2\x15.willow.v1.MediaLinksR\x05media\"\xb8\x01\n" +
+	"\n" +
+	"MediaLinks\x12\x19\n" +
+	"\bmedia_id\x18\x01 \x01(\tR\amediaId\x123\n" +
+	"\x04urls\x18\x02 \x03(\v2\x1f.willow.v1.MediaLinks.UrlsEntryR\x04urls\x12!\n" +
+	"\fexpires_unix\x18\x03 \x01(\x03R\vexpiresUnix\x1a7\n" +
+	"\tUrlsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
 	"\fPollResponse\x12-\n" +
 	"\x05items\x18\x01 \x03(\v2\x17.willow.v1.TimelineItemR\x05items\x12\x16\n" +
 	"\x06cursor\x18\x02 \x01(\tR\x06cursor\"\x16\n" +
@@ -569,7 +653,7 @@ func file_willow_v1_timeline_proto_rawDescGZIP() []byte {
 	return file_willow_v1_timeline_proto_rawDescData
 }
 
-var file_willow_v1_timeline_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_willow_v1_timeline_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_willow_v1_timeline_proto_goTypes = []any{
 	(*FollowRequest)(nil),         // 0: willow.v1.FollowRequest
 	(*FollowResponse)(nil),        // 1: willow.v1.FollowResponse
@@ -577,27 +661,31 @@ var file_willow_v1_timeline_proto_goTypes = []any{
 	(*PublishResponse)(nil),       // 3: willow.v1.PublishResponse
 	(*PollRequest)(nil),           // 4: willow.v1.PollRequest
 	(*TimelineItem)(nil),          // 5: willow.v1.TimelineItem
-	(*PollResponse)(nil),          // 6: willow.v1.PollResponse
-	(*TimelineStatsRequest)(nil),  // 7: willow.v1.TimelineStatsRequest
-	(*TimelineStatsResponse)(nil), // 8: willow.v1.TimelineStatsResponse
+	(*MediaLinks)(nil),            // 6: willow.v1.MediaLinks
+	(*PollResponse)(nil),          // 7: willow.v1.PollResponse
+	(*TimelineStatsRequest)(nil),  // 8: willow.v1.TimelineStatsRequest
+	(*TimelineStatsResponse)(nil), // 9: willow.v1.TimelineStatsResponse
+	nil,                           // 10: willow.v1.MediaLinks.UrlsEntry
 }
 var file_willow_v1_timeline_proto_depIdxs = []int32{
-	5, // 0: willow.v1.PollResponse.items:type_name -> willow.v1.TimelineItem
-	0, // 1: willow.v1.Timeline.Follow:input_type -> willow.v1.FollowRequest
-	0, // 2: willow.v1.Timeline.Unfollow:input_type -> willow.v1.FollowRequest
-	2, // 3: willow.v1.Timeline.Publish:input_type -> willow.v1.PublishRequest
-	4, // 4: willow.v1.Timeline.Poll:input_type -> willow.v1.PollRequest
-	7, // 5: willow.v1.Timeline.Stats:input_type -> willow.v1.TimelineStatsRequest
-	1, // 6: willow.v1.Timeline.Follow:output_type -> willow.v1.FollowResponse
-	1, // 7: willow.v1.Timeline.Unfollow:output_type -> willow.v1.FollowResponse
-	3, // 8: willow.v1.Timeline.Publish:output_type -> willow.v1.PublishResponse
-	6, // 9: willow.v1.Timeline.Poll:output_type -> willow.v1.PollResponse
-	8, // 10: willow.v1.Timeline.Stats:output_type -> willow.v1.TimelineStatsResponse
-	6, // [6:11] is the sub-list for method output_type
-	1, // [1:6] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	6,  // 0: willow.v1.TimelineItem.media:type_name -> willow.v1.MediaLinks
+	10, // 1: willow.v1.MediaLinks.urls:type_name -> willow.v1.MediaLinks.UrlsEntry
+	5,  // 2: willow.v1.PollResponse.items:type_name -> willow.v1.TimelineItem
+	0,  // 3: willow.v1.Timeline.Follow:input_type -> willow.v1.FollowRequest
+	0,  // 4: willow.v1.Timeline.Unfollow:input_type -> willow.v1.FollowRequest
+	2,  // 5: willow.v1.Timeline.Publish:input_type -> willow.v1.PublishRequest
+	4,  // 6: willow.v1.Timeline.Poll:input_type -> willow.v1.PollRequest
+	8,  // 7: willow.v1.Timeline.Stats:input_type -> willow.v1.TimelineStatsRequest
+	1,  // 8: willow.v1.Timeline.Follow:output_type -> willow.v1.FollowResponse
+	1,  // 9: willow.v1.Timeline.Unfollow:output_type -> willow.v1.FollowResponse
+	3,  // 10: willow.v1.Timeline.Publish:output_type -> willow.v1.PublishResponse
+	7,  // 11: willow.v1.Timeline.Poll:output_type -> willow.v1.PollResponse
+	9,  // 12: willow.v1.Timeline.Stats:output_type -> willow.v1.TimelineStatsResponse
+	8,  // [8:13] is the sub-list for method output_type
+	3,  // [3:8] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_willow_v1_timeline_proto_init() }
@@ -611,7 +699,7 @@ func file_willow_v1_timeline_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_willow_v1_timeline_proto_rawDesc), len(file_willow_v1_timeline_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
