@@ -19,6 +19,7 @@ import (
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/store"
+	"willow/urlsign"
 )
 
 // Defaults.
@@ -57,9 +58,14 @@ type Config struct {
 	// Hash places keys and nodes on the ring; default ring.DefaultHash.
 	// Every node of an OC must use the same.
 	Hash ring.Hash
-	// URLSecret, when set, makes HTTP require signed URLs
-	// (?exp=UNIX&sig=HMAC, see SignURL).
-	URLSecret []byte
+	// URLKeys, when set, make every download (HTTP and gRPC) need a URL
+	// signed with one of them (package urlsign; the first is the one
+	// signers use, all verify), except media of a PublicBusinesses
+	// business. Unset: downloads are not signed (development only).
+	URLKeys []urlsign.Key
+	// PublicBusinesses are the businesses whose downloads need no
+	// signature (e.g. avatar); every other business is signed.
+	PublicBusinesses []string
 	// OriginTimeout bounds one origin read; default DefaultOriginTimeout.
 	OriginTimeout time.Duration
 	// PeerTimeout bounds one fetch from the owner peer; default
@@ -146,6 +152,7 @@ type Server struct {
 	ring  atomic.Pointer[ring.Ring]
 	peers atomic.Pointer[map[string]string] // node ID -> gRPC address
 	m     *metrics
+	acc   *access
 
 	connMu sync.Mutex // guards conns and down
 	conns  map[string]*grpc.ClientConn
@@ -199,8 +206,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if isNil(deps.Router) {
 		deps.Router = nil
 	}
+	acc, err := newAccess(cfg)
+	if err != nil {
+		return nil, err
+	}
 	n := deps.Node
 	s := &Server{
+		acc:    acc,
 		cfg:    cfg,
 		node:   n,
 		store:  deps.Store,
@@ -230,7 +242,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("edgecache: listen http %s: %w", cfg.HTTPAddr, err)
 	}
 	s.lis = lis
-	s.handler = http.HandlerFunc(s.serveHTTP)
+	s.handler = nosniff(http.HandlerFunc(s.serveHTTP))
 	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	if err := n.Guard().Declare(Methods()); err != nil {
 		return nil, err

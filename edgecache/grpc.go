@@ -30,12 +30,22 @@ func (s *Server) Get(req *willowv1.GetRequest, stream willowv1.EdgeCache_GetServ
 	if who.business == "" {
 		who.business = DefaultBusiness
 	}
-	if !req.GetPeer() && !s.cfg.SkipGRPCShedding && s.node.Shedder() == nil {
+	peer := req.GetPeer() && s.fromPeer(ctx)
+	if !peer {
+		sig := signatureOf(req.GetSignature())
+		if _, err := s.authorize(ctx, req.GetMediaId(), req.GetVariant(), sig); err != nil {
+			return grpcError(err)
+		}
+		if sig.User != "" {
+			who.user = sig.User
+		}
+	}
+	if !peer && !s.cfg.SkipGRPCShedding && s.node.Shedder() == nil {
 		if err := s.admit(who.business, who.user); err != nil {
 			return grpcError(err)
 		}
 	}
-	o, tier, err := s.lookup(ctx, req.GetMediaId(), req.GetVariant(), req.GetPeer(), who)
+	o, tier, err := s.lookup(ctx, req.GetMediaId(), req.GetVariant(), peer, who)
 	if err != nil {
 		return grpcError(err)
 	}
@@ -81,6 +91,8 @@ func grpcError(err error) error {
 		return rpcstatus.New(codes.NotFound, "processing", "%v", err)
 	case errors.Is(err, ErrNotFound):
 		return rpcstatus.New(codes.NotFound, "not_found", "%v", err)
+	case errors.Is(err, ErrForbidden):
+		return rpcstatus.New(codes.PermissionDenied, forbiddenReason(err), "%v", err)
 	case errors.Is(err, ErrShed):
 		return rpcstatus.Overload("shed_ratio", DefaultRetryAfter, "%v", err)
 	case errors.Is(err, ErrOverload):

@@ -64,11 +64,14 @@ func put(t testing.TB, st store.Store, loc media.Loc, n int, variant, contentTyp
 	return id
 }
 
+// payload returns n bytes that sniff as HEIC (the edge serves what the
+// bytes are) when n allows a header.
 func payload(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
 		b[i] = byte(i*7) + seed
 	}
+	copy(b, "\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic")
 	return b
 }
 

@@ -3,9 +3,6 @@ package edgecache
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -13,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"willow/urlsign"
 )
 
 // HTTP headers and query parameters naming the caller.
@@ -21,37 +20,6 @@ const (
 	HeaderUser     = "Willow-User"
 	cacheControl   = "public, max-age=31536000, immutable"
 )
-
-// SignURL returns path (/m/{id}/{variant}) with the query ?exp=UNIX&sig=HEX
-// that a node configured with URLSecret secret accepts until exp. The
-// signature is HMAC-SHA256 of "PATH\nEXP" under secret, in hex.
-func SignURL(secret []byte, path string, exp time.Time) string {
-	e := strconv.FormatInt(exp.Unix(), 10)
-	return path + "?exp=" + e + "&sig=" + sign(secret, path, e)
-}
-
-func sign(secret []byte, path, exp string) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(path + "\n" + exp))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// verifyURL checks the signature and expiry of a request; errors wrap
-// ErrForbidden.
-func (s *Server) verifyURL(path string, q url.Values) error {
-	exp, sig := q.Get("exp"), q.Get("sig")
-	e, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || sig == "" {
-		return errors.Join(ErrForbidden, errors.New("missing exp or sig"))
-	}
-	if !hmac.Equal([]byte(sig), []byte(sign(s.cfg.URLSecret, path, exp))) {
-		return errors.Join(ErrForbidden, errors.New("signature mismatch"))
-	}
-	if s.now().Unix() > e {
-		return errors.Join(ErrForbidden, errors.New("url expired"))
-	}
-	return nil
-}
 
 // serveHTTP serves GET and HEAD /m/{id}/{variant}.
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -74,11 +42,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.RawQuery != "" {
 		q = r.URL.Query()
 	}
-	if len(s.cfg.URLSecret) > 0 {
-		if err := s.verifyURL(r.URL.Path, q); err != nil {
-			writeError(w, err)
-			return
-		}
+	sig := urlsign.FromQuery(q)
+	signed, err := s.authorize(r.Context(), idStr, variant, sig)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	business := r.Header.Get(HeaderBusiness)
 	if business == "" {
@@ -90,6 +58,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if business == "" {
 		business = DefaultBusiness
+	}
+	if sig.User != "" {
+		user = sig.User // who the URL was signed for
 	}
 	if err := s.admit(business, user); err != nil {
 		writeError(w, err)
@@ -105,6 +76,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h["Content-Type"] = []string{o.contentType}
 	h["Etag"] = []string{o.etag}
 	h["Cache-Control"] = []string{cacheControl}
+	safeHeaders(h, o.contentType, signed)
 	if r.Header.Get("Range") == "" && r.Header.Get("If-None-Match") == "" && r.Header.Get("If-Match") == "" {
 		// The common case, without ServeContent's copy through a buffer:
 		// one write of the cached bytes.
@@ -145,7 +117,7 @@ func writeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, ErrNotFound):
 		code, reason = http.StatusNotFound, "not_found"
 	case errors.Is(err, ErrForbidden):
-		code, reason = http.StatusForbidden, "signature"
+		code, reason = http.StatusForbidden, forbiddenReason(err)
 	case errors.Is(err, ErrShed):
 		w.Header().Set("Retry-After", strconv.Itoa(int(DefaultRetryAfter/time.Second)))
 		code, reason = http.StatusTooManyRequests, "shed_ratio"

@@ -3,7 +3,6 @@ package edgecache
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"net/http"
 	"sync"
 	"time"
 
@@ -30,25 +29,6 @@ func (o *object) cost() int64 { return int64(len(o.data)) + 128 }
 func etagOf(data []byte) string {
 	sum := sha256.Sum256(data)
 	return `"` + hex.EncodeToString(sum[:16]) + `"`
-}
-
-// contentType returns the stored content type, or one sniffed from the
-// bytes when the store has none better than application/octet-stream
-// (HEIF brands, which net/http does not know, first).
-func contentType(stored string, data []byte) string {
-	if stored != "" && stored != "application/octet-stream" {
-		return stored
-	}
-	if len(data) >= 12 && string(data[4:8]) == "ftyp" {
-		switch string(data[8:12]) {
-		case "heic", "heix", "heim", "heis", "mif1", "msf1":
-			return "image/heic"
-		}
-	}
-	if ct := http.DetectContentType(data); ct != "text/plain; charset=utf-8" || stored == "" {
-		return ct
-	}
-	return stored
 }
 
 // memTier is a locked in-memory S4LRU of objects.

@@ -22,6 +22,7 @@ import (
 	"willow/cmd/internal/daemon"
 	"willow/edgecache"
 	"willow/node"
+	"willow/urlsign"
 )
 
 func main() { daemon.Main("edgecache", NewMain().Run) }
@@ -46,7 +47,8 @@ type FileConfig struct {
 		DiskCapacityBytes int64         `yaml:"disk_capacity_bytes"`
 		HTTP              string        `yaml:"http"`
 		VirtualNodes      int           `yaml:"virtual_nodes"`
-		URLSecret         string        `yaml:"url_secret"`
+		URLKeys           []urlsign.Key `yaml:"url_keys"`
+		PublicBusinesses  []string      `yaml:"public_businesses"`
 		OriginTimeout     time.Duration `yaml:"origin_timeout"`
 		PeerTimeout       time.Duration `yaml:"peer_timeout"`
 		RefreshInterval   time.Duration `yaml:"refresh_interval"`
@@ -103,7 +105,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	ec := fc.EdgeCache
 	s, err := edgecache.New(edgecache.Config{
 		CapacityBytes: ec.CapacityBytes, DiskDir: ec.DiskDir, DiskCapacityBytes: ec.DiskCapacityBytes,
-		HTTPAddr: ec.HTTP, VirtualNodes: ec.VirtualNodes, URLSecret: []byte(ec.URLSecret),
+		HTTPAddr: ec.HTTP, VirtualNodes: ec.VirtualNodes, URLKeys: ec.URLKeys, PublicBusinesses: ec.PublicBusinesses,
 		OriginTimeout: ec.OriginTimeout, PeerTimeout: ec.PeerTimeout, RefreshInterval: ec.RefreshInterval,
 		MaxObjectBytes: ec.MaxObjectBytes,
 	}, deps)

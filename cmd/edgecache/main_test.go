@@ -14,6 +14,7 @@ import (
 	"willow/edgecache"
 	"willow/media"
 	"willow/node"
+	"willow/urlsign"
 	fsstore "willow/store/fs"
 )
 
@@ -24,12 +25,12 @@ func TestRunServesFromConfigAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := media.ID{Loc: media.LocStore, Region: "a", Node: "upload-a-1", Key: media.KeyFor("u", "1")}
-	data := []byte("poster bytes")
+	data := []byte("\xff\xd8\xff\xe0 poster bytes") // a JPEG as far as the header goes
 	if err := st.Put(context.Background(), media.VariantKey(id.Key, media.VariantPoster), bytes.NewReader(data), int64(len(data)), "image/jpeg"); err != nil {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "edge.yaml")
-	yaml := "node:\n  id: edge-b-7\n  region: b\nedgecache:\n  capacity_bytes: 1048576\n  disk_dir: " + filepath.Join(dir, "disk") + "\nstore:\n  dir: /nonexistent-overridden\n"
+	yaml := "node:\n  id: edge-b-7\n  region: b\nedgecache:\n  capacity_bytes: 1048576\n  disk_dir: " + filepath.Join(dir, "disk") + "\n  url_keys: [{id: k1, secret: 0123456789abcdef0123}]\nstore:\n  dir: /nonexistent-overridden\n"
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +57,18 @@ func TestRunServesFromConfigAndFlags(t *testing.T) {
 		t.Fatal("not ready")
 	}
 	resp, err := http.Get("http://" + addr + "/m/" + id.String() + "/poster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("unsigned: status %d, want 403 (url_keys are set)", resp.StatusCode)
+	}
+	keys, err := urlsign.New([]urlsign.Key{{ID: "k1", Secret: "0123456789abcdef0123"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.Get("http://" + addr + keys.URL(id.String(), "poster", "u", time.Now().Add(time.Minute)))
 	if err != nil {
 		t.Fatal(err)
 	}
