@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"willow/auth"
 	"willow/edgecache/s4lru"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
@@ -202,8 +203,6 @@ func SignatureProto(s urlsign.Signature) *willowv1.UrlSignature {
 }
 
 // fromPeer reports whether a Get{peer: true} may skip the signature check
-// and forwarding: only an OC peer node may.
-func (s *Server) fromPeer(ctx context.Context) bool {
-	// TODO(h22b): require an authenticated node caller (package auth).
-	return true
-}
+// and forwarding: only a node may (package auth; a client's peer flag is
+// ignored, so its request is checked and routed like any other).
+func (s *Server) fromPeer(ctx context.Context) bool { return auth.IsNode(ctx) }

@@ -12,15 +12,20 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"willow/auth"
 	"willow/edgecache"
 	"willow/media"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 	"willow/store"
+	"willow/token"
 	"willow/urlsign"
 )
 
@@ -213,5 +218,69 @@ func TestUnsignedEdge(t *testing.T) {
 	}
 	if _, err := edgecache.New(edgecache.Config{URLKeys: []urlsign.Key{{ID: "k", Secret: "short"}}}, edgecache.Deps{Node: e.node, Store: st}); err == nil {
 		t.Fatal("New took a short key")
+	}
+}
+
+// TestPeerFlagOnlyForNodes: peer=true skips the signature check only for a
+// node; a client setting it is checked like any other download.
+func TestPeerFlagOnlyForNodes(t *testing.T) {
+	st := newStore(t)
+	photo, err := os.ReadFile("../compress/testdata/orient-1.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := put(t, st, media.LocStore, 1, media.VariantThumb, "image/jpeg", photo)
+	putRecord(t, st, id, "moments")
+	key := urlsign.Key{ID: "k1", Secret: strings.Repeat("1", 32)}
+	upSecret := []byte("upload-secret")
+	e := startEdgeNode(t, node.Config{ID: "edge-a-1", Role: "edgecache", Region: "a",
+		Auth: &auth.Config{ClusterSecret: "cluster-secret", UploadSecret: upSecret}},
+		edgecache.Config{URLKeys: []urlsign.Key{key}}, edgecache.Deps{Store: st})
+	tok, err := token.Sign(upSecret, "mallory", "moments", time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, _ := urlsign.New([]urlsign.Key{key})
+	get := func(t *testing.T, creds credentials.PerRPCCredentials, req *willowv1.GetRequest) error {
+		conn, err := grpc.NewClient(e.node.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		stream, err := willowv1.NewEdgeCacheClient(conn).Get(context.Background(), req)
+		if err != nil {
+			return err
+		}
+		for {
+			if _, err := stream.Recv(); err == io.EOF {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+	client := auth.Bearer(tok)
+	peer := auth.NodeCredentials{Secret: "cluster-secret", ID: "edge-a-2", Role: "edgecache", Instance: "i"}
+	for _, c := range []struct {
+		name   string
+		creds  credentials.PerRPCCredentials
+		req    *willowv1.GetRequest
+		code   codes.Code
+		reason string
+	}{
+		{"client sets peer", client, &willowv1.GetRequest{MediaId: id.String(), Variant: "thumb", Peer: true}, codes.PermissionDenied, edgecache.ReasonSignatureMissing},
+		{"client signed", client, &willowv1.GetRequest{MediaId: id.String(), Variant: "thumb",
+			Signature: edgecache.SignatureProto(kr.Sign(id.String(), "thumb", "mallory", time.Now().Add(time.Minute)))}, codes.OK, ""},
+		{"no credentials", auth.Bearer(""), &willowv1.GetRequest{MediaId: id.String(), Variant: "thumb", Peer: true}, codes.Unauthenticated, ""},
+		{"forged cluster secret", auth.NodeCredentials{Secret: "guess", ID: "edge-a-2", Role: "edgecache", Instance: "i"},
+			&willowv1.GetRequest{MediaId: id.String(), Variant: "thumb", Peer: true}, codes.Unauthenticated, ""},
+		{"peer node", peer, &willowv1.GetRequest{MediaId: id.String(), Variant: "thumb", Peer: true}, codes.OK, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := get(t, c.creds, c.req)
+			if status.Code(err) != c.code || (c.reason != "" && rpcstatus.Reason(err) != c.reason) {
+				t.Fatalf("Get: %v (reason %q), want %v %q", err, rpcstatus.Reason(err), c.code, c.reason)
+			}
+		})
 	}
 }
