@@ -14,8 +14,8 @@ import (
 	"willow/edgecache"
 	"willow/media"
 	"willow/node"
-	"willow/urlsign"
 	fsstore "willow/store/fs"
+	"willow/urlsign"
 )
 
 func TestRunServesFromConfigAndFlags(t *testing.T) {
