@@ -248,7 +248,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	willowv1.RegisterEdgeCacheServer(n.Server(), s)
-	n.SetHTTPAddr(s.HTTPAddr())
+	if err := n.SetHTTPAddr(s.HTTPAddr()); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("edgecache: %w", err)
+	}
 	return s, nil
 }
 

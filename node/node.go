@@ -55,8 +55,23 @@ type Config struct {
 	GRPCAddr string
 	// AdminAddr is the admin HTTP listen address; default 127.0.0.1:0.
 	AdminAddr string
-	// HTTPAddr is a public HTTP address the node advertises (edge caches).
+	// HTTPAddr is the public HTTP address the node advertises (edge
+	// caches), normally set through SetHTTPAddr from the HTTP listener.
 	HTTPAddr string
+	// Advertise is the gRPC address registered with the master, which
+	// hands it to clients and peers (Route, edge ring, pool-2 reads).
+	// Default: AdvertiseHost with the gRPC listen port when AdvertiseHost
+	// is set, else the listen address. A node listening on an unspecified
+	// address (0.0.0.0, [::], empty host) with neither is refused
+	// (ErrNoAdvertise).
+	Advertise string
+	// AdvertiseHTTP is the HTTP address advertised instead of the HTTP
+	// listener's (SetHTTPAddr); default AdvertiseHost with the listen
+	// port, else the listen address, under the same rule as Advertise.
+	AdvertiseHTTP string
+	// AdvertiseHost is the default host of the advertised addresses (the
+	// pod IP, $POD_IP); optional.
+	AdvertiseHost string
 	// MasterAddr is the master's gRPC address; empty runs without a master.
 	MasterAddr string
 	// HeartbeatInterval; default DefaultHeartbeatInterval.
@@ -108,6 +123,8 @@ type Node struct {
 	adminMx *http.ServeMux
 	metrics *grpcprom.ServerMetrics
 	stats   *stats
+
+	addr, adminAddr string // advertised gRPC and admin addresses
 
 	flex  atomic.Pointer[willowv1.FlexState]
 	knobs atomic.Pointer[flex.Knobs] // effective knobs of flex, made once per change
@@ -211,6 +228,18 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: listen admin %s: %w", cfg.AdminAddr, err)
 	}
 	n.lis, n.adminL = lis, adminL
+	if n.addr, err = advertised(cfg.Advertise, cfg.AdvertiseHost, lis.Addr().String()); err != nil {
+		lis.Close()
+		adminL.Close()
+		return nil, fmt.Errorf("node: gRPC: %w: set -advertise HOST:PORT (node.advertise in the config) or $POD_IP", err)
+	}
+	n.adminAddr = adminL.Addr().String()
+	if Unspecified(n.adminAddr) {
+		// The admin port on the host the gRPC address is advertised on.
+		host, _, _ := net.SplitHostPort(n.addr)
+		_, port, _ := net.SplitHostPort(n.adminAddr)
+		n.adminAddr = net.JoinHostPort(host, port)
+	}
 
 	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		n.log.Log(ctx, slog.Level(lvl), msg, fields...)
@@ -304,6 +333,15 @@ func (n *Node) Addr() string { return n.lis.Addr().String() }
 // AdminAddr is the admin HTTP listen address.
 func (n *Node) AdminAddr() string { return n.adminL.Addr().String() }
 
+// AdvertisedAddr is the gRPC address the node registers with the master
+// (Config.Advertise resolved against the listener).
+func (n *Node) AdvertisedAddr() string { return n.addr }
+
+// AdvertisedAdminAddr is the admin address the node registers: the admin
+// listen address, or, when that is unspecified, its port on the host of
+// AdvertisedAddr.
+func (n *Node) AdvertisedAdminAddr() string { return n.adminAddr }
+
 // Logger is the node's logger.
 func (n *Node) Logger() *slog.Logger { return n.log }
 
@@ -314,14 +352,24 @@ func (n *Node) Config() Config { return n.cfg }
 func (n *Node) Info() *willowv1.NodeInfo {
 	return &willowv1.NodeInfo{
 		Id: n.cfg.ID, Role: n.cfg.Role, Region: n.cfg.Region, Zone: n.cfg.Zone,
-		Group: n.cfg.Group, Addr: n.Addr(), HttpAddr: n.cfg.HTTPAddr,
-		AdminAddr: n.AdminAddr(), Capacity: n.cfg.Capacity,
+		Group: n.cfg.Group, Addr: n.addr, HttpAddr: n.cfg.HTTPAddr,
+		AdminAddr: n.adminAddr, Capacity: n.cfg.Capacity,
 	}
 }
 
-// SetHTTPAddr sets the public HTTP address advertised to the master (edge
-// caches learn theirs after New). Call before Run.
-func (n *Node) SetHTTPAddr(addr string) { n.cfg.HTTPAddr = addr }
+// SetHTTPAddr sets the public HTTP address advertised to the master from
+// the address the HTTP listener is bound to (edge caches learn theirs
+// after New): Config.AdvertiseHTTP, else Config.AdvertiseHost with the
+// bound port, else bound itself. It fails with ErrNoAdvertise when bound
+// is unspecified and nothing else names a host. Call before Run.
+func (n *Node) SetHTTPAddr(bound string) error {
+	a, err := advertised(n.cfg.AdvertiseHTTP, n.cfg.AdvertiseHost, bound)
+	if err != nil {
+		return fmt.Errorf("node: HTTP: %w: set -advertise-http HOST:PORT (node.advertise_http in the config) or $POD_IP", err)
+	}
+	n.cfg.HTTPAddr = a
+	return nil
+}
 
 // Flex returns the flex state this node runs (nil before the first one).
 func (n *Node) Flex() *willowv1.FlexState { return n.flex.Load() }
@@ -395,7 +443,7 @@ func (n *Node) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.runMaster(runCtx) }()
 	}
-	n.log.Info("node serving", "grpc", n.Addr(), "admin", n.AdminAddr())
+	n.log.Info("node serving", "grpc", n.Addr(), "admin", n.AdminAddr(), "advertise", n.addr)
 	var err error
 	select {
 	case <-ctx.Done():

@@ -1,7 +1,9 @@
 // Package daemon is what Willow's service mains share: the node: section
 // of their YAML config files and the flags that override it (-config, -id,
-// -region, -grpc, -admin, -master, -tls-cert, -tls-key, -tls-ca), the
-// object store section and its flags, strict config loading (an unknown key
+// -region, -grpc, -admin, -advertise, -advertise-http, -master, -tls-cert,
+// -tls-key, -tls-ca), the object store section and its flags (secrets from
+// the environment or files, never only the command line; the shipped
+// CHANGE-ME placeholders refused), strict config loading (an unknown key
 // is an error), building the node with the shared admission policy, and
 // serving until SIGINT or SIGTERM.
 package daemon
@@ -37,6 +39,8 @@ type NodeConfig struct {
 	Group             string        `yaml:"group"`
 	GRPC              string        `yaml:"grpc"`
 	Admin             string        `yaml:"admin"`
+	Advertise         string        `yaml:"advertise"`      // gRPC address given to the master; default $POD_IP with the gRPC port
+	AdvertiseHTTP     string        `yaml:"advertise_http"` // edge caches: HTTP address given to the master; default $POD_IP with the HTTP port
 	Master            string        `yaml:"master"`
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	ShutdownGrace     time.Duration `yaml:"shutdown_grace"`
@@ -49,17 +53,24 @@ type S3Config struct {
 	Bucket    string `yaml:"bucket"`
 	AccessKey string `yaml:"access_key"`
 	SecretKey string `yaml:"secret_key"`
-	Region    string `yaml:"region"`
-	Secure    bool   `yaml:"secure"`
-	PartSize  int64  `yaml:"part_size"`
+	// SecretKeyFile names a file holding the secret key (a mounted
+	// Secret); see S3SecretKey for the order of the sources.
+	SecretKeyFile string `yaml:"secret_key_file"`
+	Region        string `yaml:"region"`
+	Secure        bool   `yaml:"secure"`
+	PartSize      int64  `yaml:"part_size"`
 }
 
 // Flags are the flags every service main takes. Register the service's own
 // flags on FS before Parse.
 type Flags struct {
 	FS *flag.FlagSet
+	// Getenv reads $POD_IP and $WILLOW_S3_*; default os.Getenv.
+	Getenv func(string) string
 
 	config, id, region, grpc, admin, master *string
+	advertise, advertiseHTTP                *string
+	s3SecretFile                            *string
 	tlsCert, tlsKey, tlsCA                  *string
 	storeDir                                *string
 	s3                                      [4]*string // endpoint, bucket, access key, secret key
@@ -71,11 +82,15 @@ type Flags struct {
 func NewFlags(name string, stderr io.Writer, store bool) *Flags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f := &Flags{FS: fs}
+	f := &Flags{FS: fs, Getenv: os.Getenv}
 	f.config = fs.String("config", "", "YAML config file (section node: plus the service's own)")
 	f.id = fs.String("id", "", "node ID (default ROLE-REGION-1)")
 	f.grpc = fs.String("grpc", "", "gRPC listen address (default 127.0.0.1:0)")
 	f.admin = fs.String("admin", "", "admin HTTP listen address: /metrics, /healthz (default 127.0.0.1:0)")
+	f.advertise = fs.String("advertise", "", "gRPC HOST:PORT registered with the master, given to clients and peers (default $POD_IP with the -grpc port; required when -grpc binds 0.0.0.0 or [::] without $POD_IP)")
+	if name == "edgecache" {
+		f.advertiseHTTP = fs.String("advertise-http", "", "HTTP HOST:PORT registered with the master (default $POD_IP with the -http port; required when -http binds 0.0.0.0 or [::] without $POD_IP)")
+	}
 	if name != "master" {
 		f.region = fs.String("region", "", "region")
 		f.master = fs.String("master", "", "master gRPC address(es), comma-separated; empty runs without a master")
@@ -88,7 +103,8 @@ func NewFlags(name string, stderr io.Writer, store bool) *Flags {
 		f.s3[0] = fs.String("s3-endpoint", "", "S3 endpoint host:port (instead of -store)")
 		f.s3[1] = fs.String("s3-bucket", "", "S3 bucket")
 		f.s3[2] = fs.String("s3-access-key", "", "S3 access key")
-		f.s3[3] = fs.String("s3-secret-key", "", "S3 secret key")
+		f.s3[3] = fs.String("s3-secret-key", "", "S3 secret key; visible in ps: prefer $WILLOW_S3_SECRET_KEY or -s3-secret-key-file")
+		f.s3SecretFile = fs.String("s3-secret-key-file", "", "file holding the S3 secret key (a mounted Secret)")
 	}
 	return f
 }
@@ -111,7 +127,8 @@ func (f *Flags) Parse(args []string, file any, nc *NodeConfig, dir *string, s3c 
 	for _, o := range []struct {
 		dst *string
 		v   *string
-	}{{&nc.ID, f.id}, {&nc.Region, f.region}, {&nc.GRPC, f.grpc}, {&nc.Admin, f.admin}, {&nc.Master, f.master}} {
+	}{{&nc.ID, f.id}, {&nc.Region, f.region}, {&nc.GRPC, f.grpc}, {&nc.Admin, f.admin}, {&nc.Master, f.master},
+		{&nc.Advertise, f.advertise}, {&nc.AdvertiseHTTP, f.advertiseHTTP}} {
 		if o.v != nil {
 			Override(o.dst, *o.v)
 		}
@@ -125,6 +142,12 @@ func (f *Flags) Parse(args []string, file any, nc *NodeConfig, dir *string, s3c 
 			Override(&s3c.Bucket, *f.s3[1])
 			Override(&s3c.AccessKey, *f.s3[2])
 			Override(&s3c.SecretKey, *f.s3[3])
+			if *f.s3SecretFile != "" {
+				s3c.SecretKey, s3c.SecretKeyFile = "", *f.s3SecretFile
+			}
+			if err := f.s3Env(s3c); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -161,6 +184,9 @@ func (f *Flags) TLS() (server, client *tls.Config, err error) {
 // TLS flags applied and, except for the master, the shared admission
 // policy (shedding.ServiceConfig) installed.
 func (f *Flags) NodeConfig(role string, nc NodeConfig, log *slog.Logger) (node.Config, error) {
+	if err := f.checkAdvertise(nc); err != nil {
+		return node.Config{}, err
+	}
 	srvTLS, cliTLS, err := f.TLS()
 	if err != nil {
 		return node.Config{}, err
@@ -168,6 +194,7 @@ func (f *Flags) NodeConfig(role string, nc NodeConfig, log *slog.Logger) (node.C
 	cfg := node.Config{
 		ID: nc.ID, Role: role, Region: nc.Region, Zone: nc.Zone, Group: nc.Group,
 		GRPCAddr: nc.GRPC, AdminAddr: nc.Admin, MasterAddr: nc.Master,
+		Advertise: nc.Advertise, AdvertiseHTTP: nc.AdvertiseHTTP, AdvertiseHost: f.getenv("POD_IP"),
 		HeartbeatInterval: nc.HeartbeatInterval, ShutdownGrace: nc.ShutdownGrace, Capacity: nc.Capacity,
 		Logger: log, TLS: srvTLS, ClientTLS: cliTLS,
 	}
@@ -185,6 +212,12 @@ func OpenStore(dir string, s3c S3Config) (store.Store, error) {
 	case s3c.Endpoint != "" && dir != "":
 		return nil, errors.New("give -store or -s3-endpoint, not both")
 	case s3c.Endpoint != "":
+		if err := RefusePlaceholder("S3 access key", s3c.AccessKey); err != nil {
+			return nil, err
+		}
+		if err := RefusePlaceholder("S3 secret key", s3c.SecretKey); err != nil {
+			return nil, err
+		}
 		return s3.New(s3.Config{Endpoint: s3c.Endpoint, Bucket: s3c.Bucket, AccessKey: s3c.AccessKey,
 			SecretKey: s3c.SecretKey, Region: s3c.Region, Secure: s3c.Secure, PartSize: s3c.PartSize})
 	case dir != "":

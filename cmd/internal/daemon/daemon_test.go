@@ -1,0 +1,140 @@
+package daemon_test
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"willow/cmd/internal/daemon"
+	"willow/node"
+)
+
+type fileConfig struct {
+	Node  daemon.NodeConfig `yaml:"node"`
+	Store struct {
+		Dir string          `yaml:"dir"`
+		S3  daemon.S3Config `yaml:"s3"`
+	} `yaml:"store"`
+}
+
+// parse runs the shared flags of role over args with env as the
+// environment and returns the node config they yield.
+func parse(t *testing.T, role string, env map[string]string, args ...string) (*fileConfig, node.Config, error) {
+	t.Helper()
+	f := daemon.NewFlags(role, io.Discard, true)
+	f.Getenv = func(k string) string { return env[k] }
+	var fc fileConfig
+	if err := f.Parse(args, &fc, &fc.Node, &fc.Store.Dir, &fc.Store.S3); err != nil {
+		return &fc, node.Config{}, err
+	}
+	nc, err := f.NodeConfig(role, fc.Node, nil)
+	return &fc, nc, err
+}
+
+func TestAdvertiseFlagsYAMLAndPodIP(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(cfg, []byte("node:\n  grpc: 0.0.0.0:7000\n  advertise: 10.1.2.3:7000\n  advertise_http: edge.example:80\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name                     string
+		role                     string
+		env                      map[string]string
+		args                     []string
+		wantErr                  string // substring; empty: no error
+		advertise, advertiseHTTP string
+		host                     string
+	}{
+		{name: "unspecified bind without advertise", role: "upload", args: []string{"-grpc", "0.0.0.0:7000"}, wantErr: "-advertise"},
+		{name: "empty host without advertise", role: "compress", args: []string{"-grpc", ":7000"}, wantErr: "-advertise"},
+		{name: "v6 unspecified without advertise", role: "master", args: []string{"-grpc", "[::]:7000"}, wantErr: "-advertise"},
+		{name: "flag", role: "upload", args: []string{"-grpc", "0.0.0.0:7000", "-advertise", "10.0.0.7:7000"}, advertise: "10.0.0.7:7000"},
+		{name: "pod IP", role: "timeline", env: map[string]string{"POD_IP": "10.0.0.8"}, args: []string{"-grpc", "0.0.0.0:7000"}, host: "10.0.0.8"},
+		{name: "yaml", role: "edgecache", args: []string{"-config", cfg}, advertise: "10.1.2.3:7000", advertiseHTTP: "edge.example:80"},
+		{name: "flag over yaml", role: "edgecache", args: []string{"-config", cfg, "-advertise-http", "10.9.9.9:8080"}, advertise: "10.1.2.3:7000", advertiseHTTP: "10.9.9.9:8080"},
+		{name: "bad advertise", role: "upload", args: []string{"-advertise", "0.0.0.0:7000"}, wantErr: "unspecified"},
+		{name: "loopback default needs nothing", role: "upload"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, nc, err := parse(t, tc.role, tc.env, tc.args...)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if nc.Advertise != tc.advertise || nc.AdvertiseHTTP != tc.advertiseHTTP || nc.AdvertiseHost != tc.host {
+				t.Errorf("advertise %q http %q host %q", nc.Advertise, nc.AdvertiseHTTP, nc.AdvertiseHost)
+			}
+		})
+	}
+	if err := daemon.NewFlags("upload", io.Discard, true).FS.Parse([]string{"-advertise-http", "x:1"}); err == nil {
+		t.Error("-advertise-http accepted by a binary without edge HTTP")
+	}
+}
+
+func TestS3SecretSources(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "secret")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yamlFile := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(yamlFile, []byte("store:\n  s3:\n    endpoint: s3:9000\n    secret_key_file: "+file+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"WILLOW_S3_SECRET_KEY": "from-env", "WILLOW_S3_ACCESS_KEY": "ak-env"}
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		want, ak string
+		wantErr  bool
+	}{
+		{name: "env", env: env, want: "from-env", ak: "ak-env"},
+		{name: "file flag over env", env: env, args: []string{"-s3-secret-key-file", file}, want: "from-file", ak: "ak-env"},
+		{name: "yaml file", args: []string{"-config", yamlFile}, want: "from-file"},
+		{name: "flag over everything", env: env, args: []string{"-config", yamlFile, "-s3-secret-key", "flag", "-s3-access-key", "ak"}, want: "flag", ak: "ak"},
+		{name: "both flags", args: []string{"-s3-secret-key", "a", "-s3-secret-key-file", file}, wantErr: true},
+		{name: "missing file", args: []string{"-s3-secret-key-file", filepath.Join(dir, "nope")}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc, _, err := parse(t, "compress", tc.env, tc.args...)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fc.Store.S3.SecretKey != tc.want || fc.Store.S3.AccessKey != tc.ak {
+				t.Errorf("secret %q access %q, want %q %q", fc.Store.S3.SecretKey, fc.Store.S3.AccessKey, tc.want, tc.ak)
+			}
+		})
+	}
+}
+
+func TestOpenStoreRefusesPlaceholders(t *testing.T) {
+	for _, c := range []daemon.S3Config{
+		{Endpoint: "127.0.0.1:1", Bucket: "b", AccessKey: "CHANGE-ME", SecretKey: "s"},
+		{Endpoint: "127.0.0.1:1", Bucket: "b", AccessKey: "k", SecretKey: "change-me"},
+	} {
+		if _, err := daemon.OpenStore("", c); err == nil || !strings.Contains(err.Error(), "CHANGE-ME") {
+			t.Errorf("OpenStore(%+v) = %v, want a refusal of the placeholder", c, err)
+		}
+	}
+	if err := daemon.RefusePlaceholder("upload secret", "CHANGE-ME"); err == nil || !strings.Contains(err.Error(), "upload secret") {
+		t.Errorf("RefusePlaceholder = %v", err)
+	}
+	if err := daemon.RefusePlaceholder("upload secret", "a-real-one"); err != nil {
+		t.Error(err)
+	}
+}
