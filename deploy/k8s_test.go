@@ -152,7 +152,7 @@ func TestManifestsShape(t *testing.T) {
 			byKind := map[string][]string{}
 			objs := map[string]map[string]any{}
 			for _, r := range m.Resources() {
-				if r.GetKind() != "Namespace" && r.GetNamespace() != ns {
+				if !clusterScoped[r.GetKind()] && r.GetNamespace() != ns {
 					t.Errorf("%s/%s in namespace %q, want %s", r.GetKind(), r.GetName(), r.GetNamespace(), ns)
 				}
 				byKind[r.GetKind()] = append(byKind[r.GetKind()], r.GetName())
@@ -239,6 +239,9 @@ func TestManifestsShape(t *testing.T) {
 		})
 	}
 }
+
+// clusterScoped are the kinds the overlays render without a namespace.
+var clusterScoped = map[string]bool{"Namespace": true, "StorageClass": true}
 
 func names(ns []string) map[string]bool {
 	m := map[string]bool{}

@@ -84,6 +84,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	if mc.OncallToken == "" {
 		mc.OncallToken = m.Getenv("WILLOW_ONCALL_TOKEN")
 	}
+	if err := daemon.RefusePlaceholder("on-call token", mc.OncallToken); err != nil {
+		return err
+	}
 	if fc.Node.ID == "" {
 		fc.Node.ID = "master-1"
 	}

@@ -72,7 +72,7 @@ type FileConfig struct {
 // Run parses args, starts the front and serves until ctx is done.
 func (m *Main) Run(ctx context.Context, args []string) error {
 	f := daemon.NewFlags("upload", m.Stderr, true)
-	redisURL := f.FS.String("redis", "", "Redis URL for the compress journal (default: journal in the staging dir)")
+	redisURL := f.FS.String("redis", "", "Redis URL for the compress journal (default $WILLOW_REDIS; none: journal in the staging dir)")
 	secret := f.FS.String("secret", "", "upload-token HMAC secret (default $WILLOW_UPLOAD_SECRET)")
 	staging := f.FS.String("staging", "", "staging directory (required)")
 	poolDir := f.FS.String("pool-dir", "", "buffer pool directory (pool1/, pool2/); empty disables the pools")
@@ -87,6 +87,12 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		uc.Secret = m.Getenv("WILLOW_UPLOAD_SECRET")
 	}
 	daemon.Override(&uc.Secret, *secret)
+	if m.Getenv != nil && uc.Redis == "" {
+		uc.Redis = m.Getenv("WILLOW_REDIS")
+	}
+	if err := daemon.RefusePlaceholder("upload secret", uc.Secret); err != nil {
+		return err
+	}
 	daemon.Override(&uc.Staging, *staging)
 	daemon.Override(&uc.PoolDir, *poolDir)
 	if *commitWait != 0 {

@@ -21,6 +21,9 @@ MASTER_IPS=(127.0.0.11 127.0.0.12)
 TIMELINE_IP=127.0.0.30
 S3_ACCESS=willowlocal
 S3_SECRET=willowlocalsecret
+# The S3 secret reaches the Willow processes (started by up.sh or
+# restart.sh) through the environment, never their command lines.
+export WILLOW_S3_SECRET_KEY=$S3_SECRET
 S3_BUCKET=willow
 ONCALL_TOKEN=${WILLOW_LOCAL_ONCALL_TOKEN:-local-oncall}
 UPLOAD_SECRET=${WILLOW_LOCAL_UPLOAD_SECRET:-local-upload-secret}

@@ -59,7 +59,7 @@ wait_tcp "$REDIS_IP" "$REDIS_PORT" 20 || die "redis did not start (see $DIR/logs
 wait_tcp "$S3_IP" "$S3_PORT" 30 || die "versitygw did not start (see $DIR/logs/s3.log)"
 
 REDIS_URL=redis://$REDIS_IP:$REDIS_PORT
-S3=(-s3-endpoint "$S3_IP:$S3_PORT" -s3-bucket "$S3_BUCKET" -s3-access-key "$S3_ACCESS" -s3-secret-key "$S3_SECRET")
+S3=(-s3-endpoint "$S3_IP:$S3_PORT" -s3-bucket "$S3_BUCKET" -s3-access-key "$S3_ACCESS")
 MASTERS=$(printf '%s:'"$BASE"',' "${MASTER_IPS[@]}")
 MASTERS=${MASTERS%,}
 

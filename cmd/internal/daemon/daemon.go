@@ -145,6 +145,9 @@ func (f *Flags) Parse(args []string, file any, nc *NodeConfig, dir *string, s3c 
 			if *f.s3SecretFile != "" {
 				s3c.SecretKey, s3c.SecretKeyFile = "", *f.s3SecretFile
 			}
+			if s3c.Endpoint == "" && (dir == nil || *dir == "") {
+				s3c.Endpoint = f.getenv("WILLOW_S3_ENDPOINT")
+			}
 			if err := f.s3Env(s3c); err != nil {
 				return err
 			}

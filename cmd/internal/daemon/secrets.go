@@ -37,8 +37,9 @@ func ReadSecretFile(path string) (string, error) {
 // s3Env completes the S3 credentials after the config file and flags:
 // the secret key comes from -s3-secret-key, else -s3-secret-key-file, else
 // store.s3.secret_key, else store.s3.secret_key_file, else
-// $WILLOW_S3_SECRET_KEY; the access key from -s3-access-key, the config,
-// else $WILLOW_S3_ACCESS_KEY. Secrets therefore never need to be on the
+// $WILLOW_S3_SECRET_KEY; the access key and bucket from their flags, the
+// config, else $WILLOW_S3_ACCESS_KEY and $WILLOW_S3_BUCKET (and, with no
+// -store, the endpoint from $WILLOW_S3_ENDPOINT: Parse). Secrets therefore never need to be on the
 // command line, where ps shows them.
 func (f *Flags) s3Env(c *S3Config) error {
 	if *f.s3[3] != "" && *f.s3SecretFile != "" {
@@ -56,6 +57,9 @@ func (f *Flags) s3Env(c *S3Config) error {
 	}
 	if c.AccessKey == "" {
 		c.AccessKey = f.getenv("WILLOW_S3_ACCESS_KEY")
+	}
+	if c.Bucket == "" {
+		c.Bucket = f.getenv("WILLOW_S3_BUCKET")
 	}
 	return nil
 }
