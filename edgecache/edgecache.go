@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc"
 
+	"willow/compress"
 	"willow/edgecache/ring"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
@@ -36,6 +37,11 @@ const (
 	DefaultBusiness          = "moments"
 	DefaultChunkBytes        = 64 << 10
 	DefaultMaxObjectBytes    = 512 << 20
+	DefaultSliceBytes        = 1 << 20
+	MinSliceBytes            = 64 << 10
+	DefaultFillBudgetBytes   = 64 << 20
+	DefaultFallbackQuality   = 85 // JPEG q85 matches the SSIM of HEIC at the normal quality (BENCHMARKS.md)
+	DefaultTranscoders       = 2
 )
 
 // Config configures an edge cache node. Zero values mean the default.
@@ -80,9 +86,28 @@ type Config struct {
 	// Peers, when set, lists the OC's members (this node included or
 	// not: it is always a member). It takes precedence over the Router.
 	Peers func(ctx context.Context) ([]Peer, error)
-	// MaxObjectBytes bounds one object read from origin or a peer; default
-	// DefaultMaxObjectBytes.
+	// MaxObjectBytes bounds one object read whole from origin or a peer
+	// (a pool-2 item, or any object of a store without ranged reads);
+	// default DefaultMaxObjectBytes. Sliced objects have no bound.
 	MaxObjectBytes int64
+	// SliceBytes is the slice size: an object larger than one slice is
+	// filled and cached in slices (see slice.go); default
+	// DefaultSliceBytes, at least MinSliceBytes.
+	SliceBytes int64
+	// FillBudgetBytes bounds the bytes all concurrent fills of this node
+	// hold in memory; a fill over it waits; default DefaultFillBudgetBytes,
+	// at least SliceBytes.
+	FillBudgetBytes int64
+	// FallbackJPEGQuality is the quality of the JPEG made from a HEIC
+	// variant for clients that do not accept HEIC; default
+	// DefaultFallbackQuality.
+	FallbackJPEGQuality int
+	// MaxTranscodePixels bounds the HEIC the edge decodes for the JPEG
+	// fallback; default compress.DefaultMaxPixels.
+	MaxTranscodePixels int64
+	// Transcoders is how many JPEG fallbacks are made at once; default
+	// DefaultTranscoders.
+	Transcoders int
 	// SkipGRPCShedding turns off this package's admission check on gRPC
 	// Get. It is implied when the node has a shedding policy
 	// (node.Config.Shed), whose interceptor already applies it.
@@ -154,6 +179,9 @@ type Server struct {
 	m     *metrics
 	acc   *access
 
+	budget      *fillBudget
+	transcoders chan struct{} // a slot per running JPEG fallback
+
 	connMu sync.Mutex // guards conns and down
 	conns  map[string]*grpc.ClientConn
 	down   map[string]time.Time // peer ID -> skipped until
@@ -200,6 +228,23 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.MaxObjectBytes <= 0 {
 		cfg.MaxObjectBytes = DefaultMaxObjectBytes
 	}
+	if cfg.SliceBytes <= 0 {
+		cfg.SliceBytes = DefaultSliceBytes
+	}
+	cfg.SliceBytes = max(cfg.SliceBytes, MinSliceBytes)
+	if cfg.FillBudgetBytes <= 0 {
+		cfg.FillBudgetBytes = DefaultFillBudgetBytes
+	}
+	cfg.FillBudgetBytes = max(cfg.FillBudgetBytes, cfg.SliceBytes)
+	if cfg.FallbackJPEGQuality <= 0 || cfg.FallbackJPEGQuality > 100 {
+		cfg.FallbackJPEGQuality = DefaultFallbackQuality
+	}
+	if cfg.MaxTranscodePixels <= 0 {
+		cfg.MaxTranscodePixels = compress.DefaultMaxPixels
+	}
+	if cfg.Transcoders <= 0 {
+		cfg.Transcoders = DefaultTranscoders
+	}
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
@@ -225,6 +270,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		down:   make(map[string]time.Time),
 	}
 	s.m = newMetrics(n.Registry())
+	s.budget = newFillBudget(cfg.FillBudgetBytes, s.m.fillBytes)
+	s.transcoders = make(chan struct{}, cfg.Transcoders)
 	s.mem = newMemTier(cfg.CapacityBytes, func() { s.m.evictions.WithLabelValues("memory").Inc() })
 	s.hot = newMemTier(max(cfg.CapacityBytes/8, 1), func() { s.m.evictions.WithLabelValues("hot").Inc() })
 	if cfg.DiskDir != "" {

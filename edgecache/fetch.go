@@ -2,12 +2,21 @@ package edgecache
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"willow/media"
@@ -20,6 +29,25 @@ import (
 // errPoolGone says pool 2 no longer holds an item (drained, or the front
 // is gone): read the store instead. It is not a failure.
 var errPoolGone = errors.New("not in pool 2")
+
+// mdLastModified is the gRPC response header carrying an object's
+// Last-Modified (Unix milliseconds), so every node of an OC answers with
+// the owner's.
+const mdLastModified = "willow-last-modified"
+
+// req is one resolved download request.
+type req struct {
+	id       media.ID
+	idStr    string
+	variant  string
+	format   string // FormatHEIC (the stored representation) or FormatJPEG
+	fromPeer bool   // an OC peer asks as the owner: never forward
+	who      caller
+}
+
+// base is the cache key of the stored representation; slices are
+// base#N, the JPEG fallback base@jpeg. The ring places all of them by base.
+func (r req) base() string { return r.idStr + "/" + r.variant }
 
 // parseReq validates a media ID and variant; errors wrap ErrBadRequest.
 func parseReq(idStr, variant string) (media.ID, error) {
@@ -42,73 +70,30 @@ type found struct {
 // request by it (shedding's willow-business and willow-user metadata).
 type caller struct{ business, user string }
 
-// lookup returns the object for idStr/variant and the tier it came from.
-// fromPeer is set when another node of the OC asks as the owner: the
-// request is then never forwarded.
-func (s *Server) lookup(ctx context.Context, idStr, variant string, fromPeer bool, who caller) (*object, string, error) {
-	id, err := parseReq(idStr, variant)
-	if err != nil {
-		return nil, "", err
-	}
-	key := idStr + "/" + variant
+// cached looks key up in memory, the hot tier and the disk tier (a disk
+// hit is promoted to memory).
+func (s *Server) cached(key string) (*object, string, bool) {
 	if o, ok := s.mem.get(key); ok {
-		return o, tierMemory, nil
+		return o, tierMemory, true
 	}
 	if o, ok := s.hot.get(key); ok {
-		return o, tierMemory, nil
+		return o, tierMemory, true
 	}
 	if s.disk != nil {
 		if o, ok := s.disk.get(key); ok {
 			s.mem.add(key, o)
-			return o, tierDisk, nil
+			return o, tierDisk, true
 		}
 	}
-	ch := s.group.DoChan(key, func() (any, error) {
-		// The fill outlives a caller that gives up; it has its own deadlines.
-		return s.fill(context.WithoutCancel(ctx), id, key, variant, fromPeer, who)
-	})
-	select {
-	case <-ctx.Done():
-		return nil, "", ctx.Err()
-	case r := <-ch:
-		if r.Err != nil {
-			return nil, "", r.Err
-		}
-		f := r.Val.(found)
-		return f.o, f.tier, nil
-	}
+	return nil, "", false
 }
 
-// fill fetches a missed object from the owner peer or origin and caches it.
-func (s *Server) fill(ctx context.Context, id media.ID, key, variant string, fromPeer bool, who caller) (found, error) {
-	if o, ok := s.mem.get(key); ok {
-		return found{o, tierMemory}, nil
-	}
-	owner := s.ring.Load().Get(key)
-	if !fromPeer && owner != s.self {
-		if !s.peerDown(owner) {
-			addr := (*s.peers.Load())[owner]
-			o, err := s.fetchPeer(shedding.WithRequest(ctx, who.business, who.user), addr, id, variant)
-			switch {
-			case err == nil:
-				s.hot.add(key, o)
-				return found{o, tierPeer}, nil
-			case errors.Is(err, ErrNotFound), errors.Is(err, ErrBadRequest), errors.Is(err, ErrTooLarge):
-				return found{}, err
-			}
-			s.log.Warn("owner peer failed, reading origin", "owner", owner, "key", key, "err", err)
-			s.markDown(owner)
-		}
-		o, err := s.fetchOrigin(ctx, id, variant)
-		if err != nil {
-			return found{}, err
-		}
+// keep caches o under key: in memory and on disk when this node owns it,
+// in the hot tier when it came through (or instead of) its owner peer.
+func (s *Server) keep(key string, o *object, owned bool) {
+	if !owned {
 		s.hot.add(key, o)
-		return found{o, tierOrigin}, nil
-	}
-	o, err := s.fetchOrigin(ctx, id, variant)
-	if err != nil {
-		return found{}, err
+		return
 	}
 	s.mem.add(key, o)
 	if s.disk != nil {
@@ -116,31 +101,136 @@ func (s *Server) fill(ctx context.Context, id media.ID, key, variant string, fro
 			s.log.Warn("disk tier", "err", err)
 		}
 	}
-	return found{o, tierOrigin}, nil
 }
 
-// fetchPeer reads the whole object from the owner peer at addr. Its
-// NOT_FOUND and INVALID_ARGUMENT answers map to ErrNotFound and
-// ErrBadRequest; any other error means the peer failed.
-func (s *Server) fetchPeer(ctx context.Context, addr string, id media.ID, variant string) (*object, error) {
+// owner returns the ring owner of r and whether this node serves r from
+// its own tiers and origin (it owns r, or a peer asked it as the owner).
+func (s *Server) owner(r req) (string, bool) {
+	o := s.ring.Load().Get(r.base())
+	return o, r.fromPeer || o == s.self
+}
+
+// resolve returns the entry for key: cached, or filled once per node
+// (singleflight; the fill is detached from the callers' cancellation and
+// has its own deadlines).
+func (s *Server) resolve(ctx context.Context, key string, owned bool, fill func(ctx context.Context) (found, error)) (*object, string, error) {
+	if o, tier, ok := s.cached(key); ok {
+		return o, tier, nil
+	}
+	ch := s.group.DoChan(key, func() (any, error) {
+		if o, tier, ok := s.cached(key); ok {
+			return found{o, tier}, nil
+		}
+		return fill(context.WithoutCancel(ctx))
+	})
+	select {
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, "", res.Err
+		}
+		f := res.Val.(found)
+		return f.o, f.tier, nil
+	}
+}
+
+// lookup returns the stored representation of r: a whole object, or the
+// head of a sliced one (its bytes are read by s.open), and the tier.
+func (s *Server) lookup(ctx context.Context, r req) (*object, string, error) {
+	owner, owned := s.owner(r)
+	return s.resolve(ctx, r.base(), owned, func(ctx context.Context) (found, error) {
+		return s.fillHead(ctx, r, owner, owned)
+	})
+}
+
+// fillHead fetches the stored representation of r from the owner peer or
+// origin, reading at most one slice: a larger object becomes a head plus
+// its first slice, both cached.
+func (s *Server) fillHead(ctx context.Context, r req, owner string, owned bool) (found, error) {
+	if !owned && !s.peerDown(owner) {
+		p, err := s.fetchPeer(shedding.WithRequest(ctx, r.who.business, r.who.user), owner, r, "", 0, s.cfg.SliceBytes)
+		switch {
+		case err == nil:
+			return s.keepHead(r, p, false, tierPeer), nil
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrBadRequest), errors.Is(err, ErrTooLarge):
+			return found{}, err
+		}
+		s.log.Warn("owner peer failed, reading origin", "owner", owner, "key", r.base(), "err", err)
+		s.markDown(owner)
+	}
+	p, err := s.fetchOrigin(ctx, r)
+	if err != nil {
+		return found{}, err
+	}
+	return s.keepHead(r, p, owned, tierOrigin), nil
+}
+
+// part is what one fetch returned: bytes from offset 0 of an object of
+// size bytes, with its headers.
+type part struct {
+	data        []byte
+	size        int64
+	contentType string
+	etag        string
+	modTime     time.Time
+}
+
+// keepHead caches what a head fill read: the whole object, or a head and
+// slice 0 when the object is larger than one slice.
+func (s *Server) keepHead(r req, p part, owned bool, tier string) found {
+	ct := contentType(p.contentType, p.data)
+	if int64(len(p.data)) >= p.size {
+		etag := p.etag
+		if etag == "" {
+			etag = etagOf(p.data)
+		}
+		o := &object{data: p.data, size: p.size, contentType: ct, etag: etag, modTime: p.modTime}
+		s.keep(r.base(), o, owned)
+		return found{o, tier}
+	}
+	h := &object{size: p.size, contentType: ct, etag: p.etag, modTime: p.modTime, sliced: true}
+	s.keep(r.base(), h, owned)
+	s.keep(sliceKey(r.base(), 0), &object{data: p.data, size: int64(len(p.data))}, owned)
+	return found{h, tier}
+}
+
+// fetchPeer reads bytes [off, off+n) (n 0: to the end) of r in format
+// from the owner peer. Its NOT_FOUND and INVALID_ARGUMENT answers map to
+// ErrNotFound and ErrBadRequest; any other error means the peer failed.
+func (s *Server) fetchPeer(ctx context.Context, owner string, r req, format string, off, n int64) (part, error) {
+	addr := (*s.peers.Load())[owner]
 	if addr == "" {
-		return nil, errors.New("owner has no address")
+		return part{}, errors.New("owner has no address")
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
 	defer cancel()
 	conn, err := s.conn(addr)
 	if err != nil {
-		return nil, err
+		return part{}, err
 	}
-	st, err := willowv1.NewEdgeCacheClient(conn).Get(ctx, &willowv1.GetRequest{MediaId: id.String(), Variant: variant, Peer: true})
+	release, err := s.budget.acquire(ctx, cmp.Or(n, s.cfg.SliceBytes))
 	if err != nil {
-		return nil, fromGRPC(err)
+		return part{}, err
 	}
-	o, err := s.readChunks(st.Recv)
+	defer release()
+	var hdr metadata.MD
+	st, err := willowv1.NewEdgeCacheClient(conn).Get(ctx, &willowv1.GetRequest{
+		MediaId: r.idStr, Variant: r.variant, Peer: true, Offset: off, Length: n, Format: format,
+	}, grpc.Header(&hdr))
 	if err != nil {
-		return nil, fromGRPC(err)
+		return part{}, fromGRPC(err)
 	}
-	return o, nil
+	p, err := s.readChunks(st.Recv, n)
+	if err != nil {
+		return part{}, fromGRPC(err)
+	}
+	if v := first(hdr.Get(mdLastModified)); v != "" {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			p.modTime = time.UnixMilli(ms).UTC()
+		}
+	}
+	return p, nil
 }
 
 // fromGRPC maps a gRPC error of a peer or front back to this package's
@@ -162,10 +252,16 @@ func fromGRPC(err error) error {
 	return err
 }
 
-// readChunks collects a DataChunk stream into an object.
-func (s *Server) readChunks(recv func() (*willowv1.DataChunk, error)) (*object, error) {
+// readChunks collects a DataChunk stream. want > 0 is the most bytes the
+// caller asked for; 0 means the whole object, which must then fit in
+// MaxObjectBytes.
+func (s *Server) readChunks(recv func() (*willowv1.DataChunk, error), want int64) (part, error) {
 	var buf bytes.Buffer
-	var o object
+	var p part
+	limit := s.cfg.MaxObjectBytes
+	if want > 0 {
+		limit = want
+	}
 	first := true
 	for {
 		c, err := recv()
@@ -173,77 +269,80 @@ func (s *Server) readChunks(recv func() (*willowv1.DataChunk, error)) (*object, 
 			break
 		}
 		if err != nil {
-			return nil, err
+			return part{}, err
 		}
 		if first {
 			first = false
-			if c.GetSize() > s.cfg.MaxObjectBytes {
-				return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, c.GetSize())
+			p.size, p.contentType, p.etag = c.GetSize(), c.GetContentType(), c.GetEtag()
+			if want == 0 && p.size > s.cfg.MaxObjectBytes {
+				return part{}, fmt.Errorf("%w: %d bytes", ErrTooLarge, p.size)
 			}
-			buf.Grow(int(c.GetSize()))
-			o.contentType, o.etag = c.GetContentType(), c.GetEtag()
+			buf.Grow(int(min(p.size, limit)))
 		}
-		if int64(buf.Len()+len(c.GetData())) > s.cfg.MaxObjectBytes {
-			return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, s.cfg.MaxObjectBytes)
+		if int64(buf.Len()+len(c.GetData())) > limit {
+			if want == 0 {
+				return part{}, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
+			}
+			return part{}, fmt.Errorf("sent more than the %d bytes asked for", want)
 		}
 		buf.Write(c.GetData())
 	}
-	o.data = buf.Bytes()
-	o.size = int64(len(o.data))
-	if o.etag == "" {
-		o.etag = etagOf(o.data)
+	p.data = buf.Bytes()
+	if first {
+		return part{}, errors.New("empty stream")
 	}
-	o.contentType = contentType(o.contentType, o.data)
-	return &o, nil
+	return p, nil
 }
 
-// fetchOrigin reads an object from origin as its media ID says. A failed
-// read is retried at most twice, on the other source (pool 2 -> store) or
-// the store again, and only while the retries knob is on.
-func (s *Server) fetchOrigin(ctx context.Context, id media.ID, variant string) (*object, error) {
+// fetchOrigin reads the first slice of r (or all of it, for a pool-2 item
+// or a store without ranged reads) from origin as its media ID says. A
+// failed read is retried at most twice, on the other source (pool 2 ->
+// store) or the store again, and only while the retries knob is on.
+func (s *Server) fetchOrigin(ctx context.Context, r req) (part, error) {
 	tries := 1
 	if s.node.Knobs().Retries {
 		tries = 3
 	}
+	id, variant := r.id, r.variant
 	if id.Loc == media.LocPool2 {
-		o, err := s.readPool(ctx, id, variant)
+		p, err := s.readPool(ctx, id, variant)
 		switch {
 		case err == nil:
 			s.m.originFetches.WithLabelValues("pool2", "ok").Inc()
-			return o, nil
+			return p, nil
 		case errors.Is(err, errPoolGone):
 			s.m.originFetches.WithLabelValues("pool2", "not_found").Inc()
 		case errors.Is(err, ErrTooLarge):
-			return nil, err
+			return part{}, err
 		default:
 			s.m.originFetches.WithLabelValues("pool2", "error").Inc()
 			tries--
 			if tries == 0 {
-				return nil, fmt.Errorf("%w: pool 2 of %s: %w", ErrOrigin, id.Node, err)
+				return part{}, fmt.Errorf("%w: pool 2 of %s: %w", ErrOrigin, id.Node, err)
 			}
 			s.log.Warn("pool 2 read failed, retrying on the store", "id", id, "err", err)
 		}
 	}
 	var last error
 	for range tries {
-		o, err := s.readStore(ctx, id, variant)
+		p, err := s.readStore(ctx, id, variant)
 		switch {
 		case err == nil:
 			s.m.originFetches.WithLabelValues("store", "ok").Inc()
-			return o, nil
+			return p, nil
 		case errors.Is(err, store.ErrNotFound):
 			s.m.originFetches.WithLabelValues("store", "not_found").Inc()
 			if id.Loc == media.LocPool1 {
-				return nil, fmt.Errorf("%w: %s/%s", ErrProcessing, id, variant)
+				return part{}, fmt.Errorf("%w: %s/%s", ErrProcessing, id, variant)
 			}
-			return nil, fmt.Errorf("%w: %s/%s", ErrNotFound, id, variant)
+			return part{}, fmt.Errorf("%w: %s/%s", ErrNotFound, id, variant)
 		case errors.Is(err, ErrTooLarge):
-			return nil, err
+			return part{}, err
 		}
 		s.m.originFetches.WithLabelValues("store", "error").Inc()
 		last = err
 	}
-	return nil, fmt.Errorf("%w: store: %w", ErrOrigin, last)
+	return part{}, fmt.Errorf("%w: store: %w", ErrOrigin, last)
 }
 
 // storeKey is the store key of one variant.
@@ -254,44 +353,118 @@ func storeKey(id media.ID, variant string) string {
 	return media.VariantKey(id.Key, variant)
 }
 
-func (s *Server) readStore(ctx context.Context, id media.ID, variant string) (*object, error) {
+// readStore reads the first slice of a variant from the store (the whole
+// of it when it fits in one slice or the store has no ranged reads). The
+// ETag of a sliced object is the content SHA-256 from the media record,
+// so it equals that of the whole bytes; without a record it is derived
+// from the store's size, time and ETag.
+func (s *Server) readStore(ctx context.Context, id media.ID, variant string) (part, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OriginTimeout)
 	defer cancel()
-	rc, info, err := s.store.Get(ctx, storeKey(id, variant))
-	if err != nil {
-		return nil, err
+	key := storeKey(id, variant)
+	var rc io.ReadCloser
+	var info store.Info
+	var err error
+	want := int64(0)
+	rg, ranged := s.store.(store.RangeGetter)
+	release := func() {}
+	if ranged && s.cfg.SliceBytes > 0 {
+		want = s.cfg.SliceBytes
+		if release, err = s.budget.acquire(ctx, want); err != nil {
+			return part{}, err
+		}
+		rc, info, err = rg.GetRange(ctx, key, 0, want)
+	} else {
+		rc, info, err = s.store.Get(ctx, key)
+		if err == nil && info.Size > s.cfg.MaxObjectBytes {
+			rc.Close()
+			return part{}, fmt.Errorf("%w: %d bytes", ErrTooLarge, info.Size)
+		}
+		if err == nil {
+			release, err = s.budget.acquire(ctx, info.Size)
+			if err != nil {
+				rc.Close()
+			}
+		}
 	}
+	if err != nil {
+		return part{}, err
+	}
+	defer release()
 	defer rc.Close()
-	if info.Size > s.cfg.MaxObjectBytes {
-		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, info.Size)
+	limit := s.cfg.MaxObjectBytes
+	if want > 0 {
+		limit = want
 	}
 	var buf bytes.Buffer
-	if info.Size > 0 {
-		buf.Grow(int(info.Size))
-	}
-	n, err := buf.ReadFrom(io.LimitReader(rc, s.cfg.MaxObjectBytes+1))
+	buf.Grow(int(min(max(info.Size, 0), limit)))
+	n, err := buf.ReadFrom(io.LimitReader(rc, limit+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", info.Key, err)
+		return part{}, fmt.Errorf("read %s: %w", key, err)
 	}
-	if n > s.cfg.MaxObjectBytes {
-		return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, s.cfg.MaxObjectBytes)
+	if n > limit {
+		return part{}, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
 	}
-	o := &object{data: buf.Bytes(), size: int64(buf.Len()), contentType: contentType(info.ContentType, buf.Bytes())}
-	o.etag = etagOf(o.data)
-	return o, nil
+	p := part{data: buf.Bytes(), size: info.Size, contentType: info.ContentType, modTime: info.Modified}
+	if want == 0 || p.size <= int64(len(p.data)) {
+		p.size = int64(len(p.data))
+		p.etag = etagOf(p.data)
+		return p, nil
+	}
+	p.etag = s.recordETag(ctx, id, variant)
+	if p.etag == "" {
+		sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%d\x00%s", key, info.Size, info.Modified.UnixNano(), info.ETag)))
+		p.etag = `"` + hex.EncodeToString(sum[:16]) + `"`
+	}
+	return p, nil
 }
 
-// readPool reads an item from pool 2 of the upload front named in its ID.
-// It returns errPoolGone when the front drained it or is not listed.
-func (s *Server) readPool(ctx context.Context, id media.ID, variant string) (*object, error) {
+// recordETag returns the ETag of a variant from the SHA-256 its media
+// record lists (the same etagOf gives the whole bytes), or "".
+func (s *Server) recordETag(ctx context.Context, id media.ID, variant string) string {
+	rc, _, err := s.store.Get(ctx, media.RecordKey(id.Key))
+	if err != nil {
+		return ""
+	}
+	defer rc.Close()
+	var rec struct {
+		SHA256   string `json:"sha256"`
+		Variants []struct {
+			Name   string `json:"name"`
+			SHA256 string `json:"sha256"`
+		} `json:"variants"`
+	}
+	if err := json.NewDecoder(io.LimitReader(rc, 1<<20)).Decode(&rec); err != nil {
+		return ""
+	}
+	sum := rec.SHA256
+	if variant != media.VariantRaw {
+		sum = ""
+		for _, v := range rec.Variants {
+			if v.Name == variant {
+				sum = v.SHA256
+			}
+		}
+	}
+	sum = strings.ToLower(sum)
+	if len(sum) != 64 {
+		return ""
+	}
+	return `"` + sum[:32] + `"`
+}
+
+// readPool reads an item from pool 2 of the upload front named in its ID
+// (whole: ReadPool has no ranges). It returns errPoolGone when the front
+// drained it or is not listed.
+func (s *Server) readPool(ctx context.Context, id media.ID, variant string) (part, error) {
 	if s.router == nil {
-		return nil, fmt.Errorf("%w: no router", errPoolGone)
+		return part{}, fmt.Errorf("%w: no router", errPoolGone)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OriginTimeout)
 	defer cancel()
 	rr, err := s.router.Route(ctx, "upload", "")
 	if err != nil {
-		return nil, fmt.Errorf("%w: route: %w", errPoolGone, err)
+		return part{}, fmt.Errorf("%w: route: %w", errPoolGone, err)
 	}
 	addr := ""
 	for _, ep := range append(rr.GetPrimary(), rr.GetSecondary()...) {
@@ -301,22 +474,40 @@ func (s *Server) readPool(ctx context.Context, id media.ID, variant string) (*ob
 		}
 	}
 	if addr == "" {
-		return nil, fmt.Errorf("%w: front %s not listed", errPoolGone, id.Node)
+		return part{}, fmt.Errorf("%w: front %s not listed", errPoolGone, id.Node)
 	}
 	conn, err := s.router.Conn(addr)
 	if err != nil {
-		return nil, err
+		return part{}, err
 	}
 	st, err := willowv1.NewUploadClient(conn).ReadPool(ctx, &willowv1.ReadPoolRequest{MediaId: id.String(), Variant: variant})
 	if err == nil {
-		var o *object
-		if o, err = s.readChunks(st.Recv); err == nil {
-			o.etag = etagOf(o.data) // the same ETag before and after the drain
-			return o, nil
+		// The first chunk says the size: hold budget for all of it.
+		var c *willowv1.DataChunk
+		if c, err = st.Recv(); err == nil {
+			var release func()
+			if release, err = s.budget.acquire(ctx, c.GetSize()); err == nil {
+				defer release()
+				sent := false
+				var p part
+				p, err = s.readChunks(func() (*willowv1.DataChunk, error) {
+					if !sent {
+						sent = true
+						return c, nil
+					}
+					return st.Recv()
+				}, 0)
+				if err == nil {
+					p.etag = etagOf(p.data) // the same ETag before and after the drain
+					p.size = int64(len(p.data))
+					p.modTime = s.now().UTC().Truncate(time.Second)
+					return p, nil
+				}
+			}
 		}
 	}
 	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("%w: %s", errPoolGone, rpcstatus.Reason(err))
+		return part{}, fmt.Errorf("%w: %s", errPoolGone, rpcstatus.Reason(err))
 	}
-	return nil, err
+	return part{}, err
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 	"willow/shedding"
@@ -45,11 +48,25 @@ func (s *Server) Get(req *willowv1.GetRequest, stream willowv1.EdgeCache_GetServ
 			return grpcError(err)
 		}
 	}
-	o, tier, err := s.lookup(ctx, req.GetMediaId(), req.GetVariant(), peer, who)
+	id, err := parseReq(req.GetMediaId(), req.GetVariant())
 	if err != nil {
 		return grpcError(err)
 	}
-	size := int64(len(o.data))
+	format := FormatHEIC
+	if req.GetFormat() != "" {
+		if format, err = pickFormat(req.GetFormat(), nil); err != nil {
+			return grpcError(err)
+		}
+	}
+	rq := reqOf(id, req, format, who, peer)
+	o, tier, err := s.lookup(ctx, rq)
+	if err == nil {
+		o, tier, err = s.represent(ctx, rq, o, tier)
+	}
+	if err != nil {
+		return grpcError(err)
+	}
+	size := o.size
 	off, n := req.GetOffset(), req.GetLength()
 	if off < 0 || off > size || n < 0 {
 		return grpcError(fmt.Errorf("%w: offset %d length %d of %d bytes", ErrRange, off, n, size))
@@ -58,21 +75,53 @@ func (s *Server) Get(req *willowv1.GetRequest, stream willowv1.EdgeCache_GetServ
 		n = size - off
 	}
 	s.m.hit(tier)
-	body := o.data[off : off+n]
+	if !o.modTime.IsZero() {
+		stream.SetHeader(metadata.Pairs(mdLastModified, strconv.FormatInt(o.modTime.UnixMilli(), 10)))
+	}
 	msg := &willowv1.DataChunk{Size: size, ContentType: o.contentType, Etag: o.etag}
+	if !o.sliced {
+		body := o.data[off : off+n]
+		for {
+			k := min(len(body), DefaultChunkBytes)
+			msg.Data = body[:k]
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+			s.m.bytesGRPC.Add(float64(k))
+			body = body[k:]
+			if len(body) == 0 {
+				return nil
+			}
+			msg = &willowv1.DataChunk{}
+		}
+	}
+	rd := s.open(ctx, rq, o, off+n)
+	if _, err := rd.Seek(off, io.SeekStart); err != nil {
+		return grpcError(err)
+	}
 	for {
-		k := min(len(body), DefaultChunkBytes)
-		msg.Data = body[:k]
+		k := min(n, int64(DefaultChunkBytes))
+		buf := make([]byte, k) // not reused: a sent message is not modified
+		if _, err := io.ReadFull(rd, buf[:k]); err != nil {
+			return grpcError(err)
+		}
+		msg.Data = buf[:k]
 		if err := stream.Send(msg); err != nil {
 			return err
 		}
 		s.m.bytesGRPC.Add(float64(k))
-		body = body[k:]
-		if len(body) == 0 {
+		n -= k
+		if n == 0 {
 			return nil
 		}
 		msg = &willowv1.DataChunk{}
 	}
+}
+
+// reqOf is the request a gRPC Get names; peer is whether an authenticated
+// OC peer asks.
+func reqOf(id media.ID, g *willowv1.GetRequest, format string, who caller, peer bool) req {
+	return req{id: id, idStr: g.GetMediaId(), variant: g.GetVariant(), format: format, fromPeer: peer, who: who}
 }
 
 func first(v []string) string {

@@ -27,7 +27,9 @@ import (
 // hook them with a function field.
 type countingStore struct {
 	store.Store
-	gets   atomic.Int64
+	gets   atomic.Int64 // Gets and GetRanges
+	ranged atomic.Int64 // GetRanges
+	read   atomic.Int64 // bytes read through either
 	before func(ctx context.Context, key string) error // optional, runs first
 }
 
@@ -38,7 +40,38 @@ func (c *countingStore) Get(ctx context.Context, key string) (io.ReadCloser, sto
 			return nil, store.Info{}, err
 		}
 	}
-	return c.Store.Get(ctx, key)
+	rc, info, err := c.Store.Get(ctx, key)
+	if err != nil {
+		return nil, info, err
+	}
+	return countReader{rc, &c.read}, info, nil
+}
+
+// GetRange implements store.RangeGetter when the wrapped store does.
+func (c *countingStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, store.Info, error) {
+	c.gets.Add(1)
+	c.ranged.Add(1)
+	if c.before != nil {
+		if err := c.before(ctx, key); err != nil {
+			return nil, store.Info{}, err
+		}
+	}
+	rc, info, err := c.Store.(store.RangeGetter).GetRange(ctx, key, off, n)
+	if err != nil {
+		return nil, info, err
+	}
+	return countReader{rc, &c.read}, info, nil
+}
+
+type countReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (r countReader) Read(b []byte) (int, error) {
+	n, err := r.ReadCloser.Read(b)
+	r.n.Add(int64(n))
+	return n, err
 }
 
 func newStore(t testing.TB) *countingStore {

@@ -1,7 +1,6 @@
 package edgecache
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,7 +65,21 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	o, tier, err := s.lookup(r.Context(), idStr, variant, false, caller{business, user})
+	id, err := parseReq(idStr, variant)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	format, err := pickFormat(q.Get("format"), r.Header.Values("Accept"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rq := req{id: id, idStr: idStr, variant: variant, format: format, who: caller{business, user}}
+	o, tier, err := s.lookup(r.Context(), rq)
+	if err == nil {
+		o, tier, err = s.represent(r.Context(), rq, o, tier)
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -77,11 +90,18 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h["Etag"] = []string{o.etag}
 	h["Cache-Control"] = []string{cacheControl}
 	safeHeaders(h, o.contentType, signed)
-	if r.Header.Get("Range") == "" && r.Header.Get("If-None-Match") == "" && r.Header.Get("If-Match") == "" {
+	if negotiable(variant) {
+		h["Vary"] = []string{"Accept"}
+	}
+	if !o.sliced && r.Header.Get("Range") == "" && r.Header.Get("If-None-Match") == "" &&
+		r.Header.Get("If-Match") == "" && r.Header.Get("If-Modified-Since") == "" && r.Header.Get("If-Unmodified-Since") == "" {
 		// The common case, without ServeContent's copy through a buffer:
 		// one write of the cached bytes.
 		h["Accept-Ranges"] = []string{"bytes"}
 		h["Content-Length"] = []string{strconv.Itoa(len(o.data))}
+		if !o.modTime.IsZero() {
+			h["Last-Modified"] = []string{o.modTime.UTC().Format(http.TimeFormat)}
+		}
 		if r.Method == http.MethodHead {
 			return
 		}
@@ -89,8 +109,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.m.bytesHTTP.Add(float64(n))
 		return
 	}
+	// Range, conditional requests and sliced objects: ServeContent reads
+	// only the slices the range covers.
 	cw := countingWriter{ResponseWriter: w}
-	http.ServeContent(&cw, r, "", time.Time{}, bytes.NewReader(o.data))
+	http.ServeContent(&cw, r, "", o.modTime, s.open(r.Context(), rq, o, rangeEnd(r.Header.Get("Range"), o.size)))
 	s.m.bytesHTTP.Add(float64(cw.n))
 }
 

@@ -17,6 +17,8 @@ type metrics struct {
 	evictions     *prometheus.CounterVec // by tier
 	shed          *prometheus.CounterVec // by business
 	members       prometheus.Gauge
+	fillBytes     prometheus.Gauge
+	transcodes    *prometheus.CounterVec // by result
 
 	hitBy     map[string]prometheus.Counter // read-only after newMetrics
 	bytesHTTP prometheus.Counter
@@ -49,8 +51,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "willow_edgecache_ring_members",
 			Help: "Nodes in this OC's hash ring, this one included.",
 		}),
+		fillBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "willow_edgecache_fill_bytes",
+			Help: "Bytes of the fill budget held by running fills.",
+		}),
+		transcodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "willow_edgecache_jpeg_fallbacks_total",
+			Help: "JPEG fallbacks made from HEIC variants, by result (ok, error).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.hits, m.bytesServed, m.originFetches, m.evictions, m.shed, m.members)
+	reg.MustRegister(m.hits, m.bytesServed, m.originFetches, m.evictions, m.shed, m.members, m.fillBytes, m.transcodes)
 	m.hitBy = map[string]prometheus.Counter{}
 	for _, t := range []string{tierMemory, tierDisk, tierPeer, tierOrigin} {
 		m.hitBy[t] = m.hits.WithLabelValues(t)

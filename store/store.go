@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 )
 
 // ErrNotFound is returned (wrapped) when an object does not exist.
@@ -22,6 +23,7 @@ type Info struct {
 	Size        int64
 	ContentType string
 	ETag        string
+	Modified    time.Time // when the object was written; zero if unknown
 }
 
 // Store is an object store.
@@ -35,4 +37,13 @@ type Store interface {
 	Stat(ctx context.Context, key string) (Info, error)
 	// Delete removes an object; deleting a missing object is not an error.
 	Delete(ctx context.Context, key string) error
+}
+
+// RangeGetter is the optional capability of reading part of an object, so
+// a reader of a large object never holds all of it.
+type RangeGetter interface {
+	// GetRange opens bytes [off, off+n) of an object (fewer at its end;
+	// none when off is at or past the end); the caller closes it. Info
+	// describes the whole object. Missing objects give ErrNotFound.
+	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, Info, error)
 }

@@ -26,7 +26,10 @@ type Store struct {
 	root string
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.RangeGetter = (*Store)(nil)
+)
 
 // New opens (creating if needed) a store rooted at dir.
 func New(dir string) (*Store, error) {
@@ -116,7 +119,7 @@ func (s *Store) info(key, p string) (store.Info, error) {
 	if err != nil {
 		return store.Info{}, fmt.Errorf("fs store: %s: %w", key, err)
 	}
-	info := store.Info{Key: key, Size: st.Size(), ContentType: "application/octet-stream"}
+	info := store.Info{Key: key, Size: st.Size(), ContentType: "application/octet-stream", Modified: st.ModTime().UTC()}
 	if meta, err := os.ReadFile(p + ".meta"); err == nil {
 		if ct, _, _ := strings.Cut(string(meta), "\n"); ct != "" {
 			info.ContentType = ct
@@ -147,6 +150,27 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, store.Info,
 	}
 	return f, info, nil
 }
+
+// GetRange implements store.RangeGetter.
+func (s *Store) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, store.Info, error) {
+	if off < 0 || n < 0 {
+		return nil, store.Info{}, fmt.Errorf("fs store: get %s: bad range %d+%d", key, off, n)
+	}
+	rc, info, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, info, err
+	}
+	f := rc.(*os.File)
+	return sectionFile{io.NewSectionReader(f, off, n), f}, info, nil
+}
+
+// sectionFile reads a section of a file and closes the file.
+type sectionFile struct {
+	*io.SectionReader
+	f *os.File
+}
+
+func (s sectionFile) Close() error { return s.f.Close() }
 
 // Stat implements store.Store.
 func (s *Store) Stat(ctx context.Context, key string) (store.Info, error) {

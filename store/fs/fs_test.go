@@ -87,3 +87,35 @@ func TestPutRejects(t *testing.T) {
 		})
 	}
 }
+
+func TestGetRange(t *testing.T) {
+	s, err := fs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	data := []byte(strings.Repeat("0123456789", 100))
+	if err := s.Put(ctx, "raw/r", bytes.NewReader(data), int64(len(data)), "video/mp4"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ off, n, want int64 }{{0, 10, 10}, {995, 10, 5}, {1000, 10, 0}, {2000, 1, 0}} {
+		rc, info, err := s.GetRange(ctx, "raw/r", tc.off, tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || int64(len(got)) != tc.want || (tc.want > 0 && !bytes.Equal(got, data[tc.off:tc.off+tc.want])) {
+			t.Fatalf("GetRange(%d, %d) = %q, %v", tc.off, tc.n, got, err)
+		}
+		if info.Size != 1000 || info.ContentType != "video/mp4" || info.Modified.IsZero() {
+			t.Fatalf("info = %+v", info)
+		}
+	}
+	if _, _, err := s.GetRange(ctx, "raw/none", 0, 1); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+	if _, _, err := s.GetRange(ctx, "raw/r", -1, 1); err == nil {
+		t.Fatal("negative offset accepted")
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -69,7 +70,10 @@ type Store struct {
 	tmo    time.Duration
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.RangeGetter = (*Store)(nil)
+)
 
 // New connects to cfg.Endpoint and creates the bucket when it is missing.
 func New(cfg Config) (*Store, error) {
@@ -184,6 +188,36 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, store.Info,
 	return &reader{Object: obj, cancel: cancel}, info(key, oi), nil
 }
 
+// GetRange implements store.RangeGetter: a StatObject for the whole
+// object's Info, then a GET of only the range.
+func (s *Store) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, store.Info, error) {
+	if off < 0 || n < 0 {
+		return nil, store.Info{}, fmt.Errorf("s3 store: get %s: bad range %d+%d", key, off, n)
+	}
+	ctx, cancel := s.ctx(ctx)
+	oi, err := s.api.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		cancel()
+		return nil, store.Info{}, mapErr("get", key, err)
+	}
+	inf := info(key, oi)
+	if off >= oi.Size || n == 0 {
+		cancel()
+		return io.NopCloser(strings.NewReader("")), inf, nil
+	}
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetRange(off, min(off+n, oi.Size)-1); err != nil {
+		cancel()
+		return nil, store.Info{}, fmt.Errorf("s3 store: get %s: %w", key, err)
+	}
+	obj, err := s.api.GetObject(ctx, s.bucket, key, opts)
+	if err != nil {
+		cancel()
+		return nil, store.Info{}, mapErr("get", key, err)
+	}
+	return &reader{Object: obj, cancel: cancel}, inf, nil
+}
+
 type reader struct {
 	*minio.Object
 	cancel context.CancelFunc
@@ -218,5 +252,5 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 func info(key string, oi minio.ObjectInfo) store.Info {
-	return store.Info{Key: key, Size: oi.Size, ContentType: oi.ContentType, ETag: oi.ETag}
+	return store.Info{Key: key, Size: oi.Size, ContentType: oi.ContentType, ETag: oi.ETag, Modified: oi.LastModified.UTC()}
 }

@@ -113,3 +113,32 @@ func TestPartSizeBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestGetRangeVersitygw(t *testing.T) {
+	st := newStore(t, s3.MinPartSize)
+	data := make([]byte, 3*s3.MinPartSize/2)
+	rand.Read(data)
+	if err := st.Put(ctx(t), "raw/rng", bytes.NewReader(data), int64(len(data)), "video/mp4"); err != nil {
+		t.Fatal(err)
+	}
+	size := int64(len(data))
+	for _, tc := range []struct{ off, n, want int64 }{
+		{0, 1024, 1024}, {1 << 20, 1 << 20, 1 << 20}, {size - 10, 100, 10}, {size, 10, 0}, {size + 5, 10, 0},
+	} {
+		rc, info, err := st.GetRange(ctx(t), "raw/rng", tc.off, tc.n)
+		if err != nil {
+			t.Fatalf("GetRange(%d, %d): %v", tc.off, tc.n, err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || int64(len(got)) != tc.want || (tc.want > 0 && !bytes.Equal(got, data[tc.off:tc.off+tc.want])) {
+			t.Fatalf("GetRange(%d, %d): %d bytes (err %v), want %d", tc.off, tc.n, len(got), err, tc.want)
+		}
+		if info.Size != size || info.ContentType != "video/mp4" || info.Modified.IsZero() {
+			t.Fatalf("GetRange info = %+v", info)
+		}
+	}
+	if _, _, err := st.GetRange(ctx(t), "raw/none", 0, 10); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetRange missing = %v", err)
+	}
+}

@@ -34,7 +34,11 @@ type GetRequest struct {
 	// peer node. Without a valid one the edge answers PERMISSION_DENIED
 	// with reason signature_missing, signature_expired, signature_invalid
 	// or signature_unknown_key.
-	Signature     *UrlSignature `protobuf:"bytes,6,opt,name=signature,proto3" json:"signature,omitempty"`
+	Signature *UrlSignature `protobuf:"bytes,6,opt,name=signature,proto3" json:"signature,omitempty"`
+	// format picks the representation of an image variant (thumb, medium,
+	// large): "heic" the stored one, "jpeg" a JPEG (the stored one when it
+	// is JPEG, else a JPEG the edge made from it). Empty: the stored one.
+	Format        string `protobuf:"bytes,10,opt,name=format,proto3" json:"format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -111,6 +115,13 @@ func (x *GetRequest) GetSignature() *UrlSignature {
 	return nil
 }
 
+func (x *GetRequest) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
 // UrlSignature is what the query of a signed URL carries
 // (u=USER&exp=EXPIRES&kid=KEY_ID&sig=MAC).
 type UrlSignature struct {
@@ -185,7 +196,7 @@ var File_willow_v1_edgecache_proto protoreflect.FileDescriptor
 
 const file_willow_v1_edgecache_proto_rawDesc = "" +
 	"\n" +
-	"\x19willow/v1/edgecache.proto\x12\twillow.v1\x1a\x16willow/v1/upload.proto\"\xbc\x01\n" +
+	"\x19willow/v1/edgecache.proto\x12\twillow.v1\x1a\x16willow/v1/upload.proto\"\xd4\x01\n" +
 	"\n" +
 	"GetRequest\x12\x19\n" +
 	"\bmedia_id\x18\x01 \x01(\tR\amediaId\x12\x18\n" +
@@ -193,7 +204,9 @@ const file_willow_v1_edgecache_proto_rawDesc = "" +
 	"\x04peer\x18\x03 \x01(\bR\x04peer\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x05 \x01(\x03R\x06length\x125\n" +
-	"\tsignature\x18\x06 \x01(\v2\x17.willow.v1.UrlSignatureR\tsignature\"n\n" +
+	"\tsignature\x18\x06 \x01(\v2\x17.willow.v1.UrlSignatureR\tsignature\x12\x16\n" +
+	"\x06format\x18\n" +
+	" \x01(\tR\x06format\"n\n" +
 	"\fUrlSignature\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12!\n" +
 	"\fexpires_unix\x18\x02 \x01(\x03R\vexpiresUnix\x12\x12\n" +
