@@ -143,6 +143,7 @@ type Deps struct {
 // Sentinel errors; the HTTP and gRPC edges map them to status codes.
 var (
 	ErrBadRequest = errors.New("malformed media id or variant")
+	ErrBadFormat  = fmt.Errorf("%w: unknown format", ErrBadRequest)
 	ErrNotFound   = errors.New("media not found")
 	ErrProcessing = fmt.Errorf("%w: still processing", ErrNotFound)
 	ErrShed       = errors.New("download shed")

@@ -134,6 +134,8 @@ func first(v []string) string {
 // grpcError is the one place errors become gRPC statuses.
 func grpcError(err error) error {
 	switch {
+	case errors.Is(err, ErrBadFormat):
+		return rpcstatus.New(codes.InvalidArgument, "bad_format", "%v", err)
 	case errors.Is(err, ErrBadRequest):
 		return rpcstatus.New(codes.InvalidArgument, "bad_id", "%v", err)
 	case errors.Is(err, ErrProcessing):

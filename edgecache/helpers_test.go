@@ -256,3 +256,24 @@ type fakeEdge struct {
 func (f *fakeEdge) Get(req *willowv1.GetRequest, st willowv1.EdgeCache_GetServer) error {
 	return f.get(req, st)
 }
+
+// counterValue returns the value of a counter of the node's registry whose
+// one label has value label (0 when absent).
+func counterValue(t testing.TB, n *node.Node, name, label string) float64 {
+	t.Helper()
+	mfs, err := n.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}

@@ -132,6 +132,8 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 func writeError(w http.ResponseWriter, err error) {
 	code, reason := http.StatusInternalServerError, "internal"
 	switch {
+	case errors.Is(err, ErrBadFormat):
+		code, reason = http.StatusBadRequest, "bad_format"
 	case errors.Is(err, ErrBadRequest):
 		code, reason = http.StatusBadRequest, "bad_id"
 	case errors.Is(err, ErrProcessing):

@@ -37,7 +37,7 @@ func negotiable(variant string) bool {
 }
 
 // pickFormat chooses the representation for an HTTP request: ?format=
-// when given (FormatHEIC or FormatJPEG, else ErrBadRequest); else HEIC
+// when given (FormatHEIC or FormatJPEG, else ErrBadFormat); else HEIC
 // when Accept names image/heic or image/heif with a non-zero q, or when
 // there is no Accept header at all (RFC 9110: any type is acceptable);
 // else JPEG.
@@ -49,7 +49,7 @@ func pickFormat(param string, accept []string) (string, error) {
 		return FormatJPEG, nil
 	case "":
 	default:
-		return "", fmt.Errorf("%w: format %q: want heic or jpeg", ErrBadRequest, param)
+		return "", fmt.Errorf("%w %q: want heic or jpeg", ErrBadFormat, param)
 	}
 	if accept == nil || acceptsHEIF(strings.Join(accept, ",")) {
 		return FormatHEIC, nil
