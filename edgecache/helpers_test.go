@@ -27,9 +27,9 @@ import (
 // hook them with a function field.
 type countingStore struct {
 	store.Store
-	gets   atomic.Int64 // Gets and GetRanges
-	ranged atomic.Int64 // GetRanges
-	read   atomic.Int64 // bytes read through either
+	gets   atomic.Int64                                // Gets and GetRanges
+	ranged atomic.Int64                                // GetRanges
+	read   atomic.Int64                                // bytes read through either
 	before func(ctx context.Context, key string) error // optional, runs first
 }
 
