@@ -405,6 +405,7 @@ func (s *Server) readStore(ctx context.Context, id media.ID, variant string) (pa
 	if n > limit {
 		return part{}, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
 	}
+	s.m.originBytes.Add(float64(n))
 	p := part{data: buf.Bytes(), size: info.Size, contentType: info.ContentType, modTime: info.Modified}
 	if want == 0 || p.size <= int64(len(p.data)) {
 		p.size = int64(len(p.data))
@@ -498,6 +499,7 @@ func (s *Server) readPool(ctx context.Context, id media.ID, variant string) (par
 					return st.Recv()
 				}, 0)
 				if err == nil {
+					s.m.originBytes.Add(float64(len(p.data)))
 					p.etag = etagOf(p.data) // the same ETag before and after the drain
 					p.size = int64(len(p.data))
 					p.modTime = s.now().UTC().Truncate(time.Second)

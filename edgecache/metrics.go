@@ -18,6 +18,7 @@ type metrics struct {
 	shed          *prometheus.CounterVec // by business
 	members       prometheus.Gauge
 	fillBytes     prometheus.Gauge
+	originBytes   prometheus.Counter
 	transcodes    *prometheus.CounterVec // by result
 
 	hitBy     map[string]prometheus.Counter // read-only after newMetrics
@@ -55,12 +56,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "willow_edgecache_fill_bytes",
 			Help: "Bytes of the fill budget held by running fills.",
 		}),
+		originBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "willow_edgecache_origin_bytes_total",
+			Help: "Bytes read from origin (store and pool 2).",
+		}),
 		transcodes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "willow_edgecache_jpeg_fallbacks_total",
 			Help: "JPEG fallbacks made from HEIC variants, by result (ok, error).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.hits, m.bytesServed, m.originFetches, m.evictions, m.shed, m.members, m.fillBytes, m.transcodes)
+	reg.MustRegister(m.hits, m.bytesServed, m.originFetches, m.evictions, m.shed, m.members, m.fillBytes, m.originBytes, m.transcodes)
 	m.hitBy = map[string]prometheus.Counter{}
 	for _, t := range []string{tierMemory, tierDisk, tierPeer, tierOrigin} {
 		m.hitBy[t] = m.hits.WithLabelValues(t)

@@ -126,7 +126,9 @@ func (s *Server) readStoreRange(ctx context.Context, r req, h *object, off, n in
 				return nil, fmt.Errorf("%s changed size: %d, was %d", key, info.Size, h.size)
 			}
 			buf := make([]byte, n)
-			if _, err := io.ReadFull(rc, buf); err != nil {
+			k, err := io.ReadFull(rc, buf)
+			s.m.originBytes.Add(float64(k))
+			if err != nil {
 				return nil, fmt.Errorf("read %s at %d: %w", key, off, err)
 			}
 			return buf, nil
