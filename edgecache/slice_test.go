@@ -19,9 +19,9 @@ import (
 
 const testSlice = 256 << 10
 
-// putRecord writes a media record listing the raw's SHA-256, as the upload
+// putRawRecord writes a media record listing the raw's SHA-256, as the upload
 // front does.
-func putRecord(t *testing.T, st store.Store, id media.ID, raw []byte) {
+func putRawRecord(t *testing.T, st store.Store, id media.ID, raw []byte) {
 	t.Helper()
 	sum := sha256.Sum256(raw)
 	rec := fmt.Sprintf(`{"id":%q,"kind":"video","size":%d,"sha256":%q,"state":"ready","variants":[]}`, id.String(), len(raw), hex.EncodeToString(sum[:]))
@@ -42,7 +42,7 @@ func TestSlicedFill(t *testing.T) {
 	st := newStore(t)
 	data := payload(12*testSlice+1234, 5)
 	id := put(t, st, media.LocStore, 1, media.VariantRaw, "video/mp4", data)
-	putRecord(t, st, id, data)
+	putRawRecord(t, st, id, data)
 	e := startEdge(t, "edge-a-1", edgecache.Config{SliceBytes: testSlice}, edgecache.Deps{Store: st})
 	u := e.url + path(id, media.VariantRaw)
 	recordBytes := func() int64 { // bytes of the record read (once, by the head fill)
