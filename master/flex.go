@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -51,7 +49,7 @@ var (
 // flexState is the master's part that holds the flex document.
 type flexState struct {
 	plans *flex.Plans
-	cas   *redis.Script
+	store flexStore // flexstore.go
 
 	commitMu sync.Mutex // serializes this master's commits
 
@@ -88,24 +86,9 @@ type pendingRevert struct {
 	Scope   string       `json:"scope,omitempty"`
 }
 
-// casScript sets the document if its version is still ARGV[1], appends
-// the audit entry and publishes the new version. It returns -1 on success,
-// else the version found.
-const casScript = `
-local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if v ~= tonumber(ARGV[1]) then return v end
-redis.call('HSET', KEYS[1], 'version', ARGV[2], 'doc', ARGV[3])
-if ARGV[4] ~= '' then
-  redis.call('LPUSH', KEYS[2], ARGV[4])
-  redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
-end
-redis.call('PUBLISH', KEYS[3], ARGV[2])
-return -1
-`
-
-func (s *Server) flexKey(name string) string { return s.cfg.KeyPrefix + "flex:" + name }
-
-func (s *Server) initFlex() error {
+// initFlex loads the level plans and the document from store, and
+// registers the flex metrics on reg.
+func (s *Server) initFlex(store flexStore, reg prometheus.Registerer) error {
 	plans := flex.DefaultPlans()
 	if s.cfg.LevelsFile != "" {
 		data, err := os.ReadFile(s.cfg.LevelsFile)
@@ -117,7 +100,7 @@ func (s *Server) initFlex() error {
 		}
 	}
 	s.plans = plans
-	s.cas = redis.NewScript(casScript)
+	s.store = store
 	s.changed = make(chan struct{})
 	s.flexChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "willow_master_flex_changes_total",
@@ -127,7 +110,7 @@ func (s *Server) initFlex() error {
 		Name: "willow_master_flex_version", Help: "Version of the flex document this master holds.",
 	})
 	for _, c := range []prometheus.Collector{s.flexChanges, s.flexVersion} {
-		if err := s.node.Registry().Register(c); err != nil {
+		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("master: metrics: %w", err)
 		}
 	}
@@ -164,12 +147,7 @@ func (s *Server) audit(e *willowv1.AuditEntry) {
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
 		defer cancel()
-		key := s.flexKey("audit")
-		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.LPush(ctx, key, b)
-			p.LTrim(ctx, key, 0, auditKeep-1)
-			return nil
-		})
+		err = s.store.Audit(ctx, b)
 	}
 	if err != nil {
 		s.log.Error("flex: audit", "err", err, "action", e.GetAction())
@@ -181,9 +159,7 @@ func (s *Server) audit(e *willowv1.AuditEntry) {
 // runFlex follows other masters' changes (pub/sub plus a periodic reload)
 // and reverts expired changes until ctx is done.
 func (s *Server) runFlex(ctx context.Context) {
-	sub := s.rdb.Subscribe(ctx, s.flexKey("changed"))
-	defer sub.Close()
-	msgs := sub.Channel()
+	msgs := s.store.Changes(ctx)
 	reload := time.NewTicker(FlexReloadInterval)
 	defer reload.Stop()
 	expiry := time.NewTicker(flexExpiryTick)
@@ -201,8 +177,8 @@ func (s *Server) runFlex(ctx context.Context) {
 		case <-expiry.C:
 			err = s.expireDue(ctx)
 		}
-		if err != nil && ctx.Err() == nil && time.Since(lastLog) >= FlexReloadInterval {
-			lastLog = time.Now()
+		if now := s.now(); err != nil && ctx.Err() == nil && now.Sub(lastLog) >= FlexReloadInterval {
+			lastLog = now
 			s.log.Warn("flex: background (nodes keep the last state)", "err", err)
 		}
 	}
@@ -240,20 +216,7 @@ func (s *Server) reloadFlex(ctx context.Context) error {
 }
 
 // loadDoc reads the document; an absent one is version 0, the normal level.
-func (s *Server) loadDoc(ctx context.Context) (flexDoc, error) {
-	var d flexDoc
-	raw, err := s.rdb.HGet(ctx, s.flexKey("doc"), "doc").Bytes()
-	if errors.Is(err, redis.Nil) {
-		return d, nil
-	}
-	if err != nil {
-		return d, fmt.Errorf("read flex doc: %w", err)
-	}
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return d, fmt.Errorf("decode flex doc: %w", err)
-	}
-	return d, nil
-}
+func (s *Server) loadDoc(ctx context.Context) (flexDoc, error) { return s.store.Load(ctx) }
 
 // render returns the FlexState of d.
 func (s *Server) render(d flexDoc) (*willowv1.FlexState, error) {
@@ -346,23 +309,17 @@ func (s *Server) commit(ctx context.Context, m mutation) (prev, next *willowv1.F
 		entry.FromVersion, entry.ToVersion = cur.Version, nd.Version
 		entry.From, entry.To = flex.Summary(prev, s.plans), flex.Summary(next, s.plans)
 		entry.Accepted = true
-		docJSON, err := json.Marshal(nd)
-		if err != nil {
-			return nil, nil, err
-		}
 		auditJSON, err := protojson.Marshal(entry)
 		if err != nil {
 			return nil, nil, err
 		}
 		rctx, cancel = context.WithTimeout(ctx, redisTimeout)
-		res, err := s.cas.Run(rctx, s.rdb,
-			[]string{s.flexKey("doc"), s.flexKey("audit"), s.flexKey("changed")},
-			cur.Version, nd.Version, docJSON, auditJSON, auditKeep).Int64()
+		ok, err := s.store.Swap(rctx, cur.Version, nd, auditJSON)
 		cancel()
 		if err != nil {
-			return nil, nil, fmt.Errorf("write flex doc: %w", err)
+			return nil, nil, err
 		}
-		if res == -1 {
+		if ok {
 			s.install(nd)
 			s.flexChanges.WithLabelValues(entry.GetAction(), "accepted").Inc()
 			s.log.Info("flex changed", "action", entry.GetAction(), "actor", entry.GetActor(), "from", cur.Version,
@@ -678,7 +635,7 @@ func (s *Server) FlexHistory(ctx context.Context, req *willowv1.FlexHistoryReque
 	limit = min(limit, auditKeep)
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
-	raws, err := s.rdb.LRange(ctx, s.flexKey("audit"), 0, limit-1).Result()
+	raws, err := s.store.History(ctx, limit)
 	if err != nil {
 		return nil, rpcstatus.New(codes.Unavailable, "redis", "read audit log: %v", err)
 	}

@@ -208,7 +208,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.prober = newGRPCProber(deps.Node.Config().ClientTLS)
 	}
 	s.met = newMetrics(deps.Node.Registry())
-	if err := s.initFlex(); err != nil {
+	if err := s.initFlex(newRedisFlexStore(deps.Redis, cfg.KeyPrefix), deps.Node.Registry()); err != nil {
 		return nil, err
 	}
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
