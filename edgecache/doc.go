@@ -7,7 +7,20 @@
 //
 //   - Memory use for cached bytes is bounded by Config.CapacityBytes (plus
 //     a small hot cache of 1/8 of it for objects owned by peers); the disk
-//     tier by Config.DiskCapacityBytes.
+//     tier by Config.DiskCapacityBytes. Bytes being filled are bounded by
+//     Config.FillBudgetBytes across all fills of the node (over it a fill
+//     waits, until its deadline).
+//   - Objects larger than Config.SliceBytes are filled and cached in
+//     slices (slice.go): a request reads from origin or the owner only the
+//     slices its range covers, and its first byte waits for one slice.
+//   - The disk tier survives a restart: its index is rebuilt from the
+//     files, every read is checked against the recorded SHA-256, torn or
+//     corrupt entries are dropped (disk.go).
+//   - Image variants stored as HEIC are served as JPEG to clients whose
+//     Accept does not name image/heic or image/heif (browsers), or that
+//     ask ?format=jpeg (negotiate.go); the JPEG is made once per OC by the
+//     ring owner and cached as its own entry. Such responses carry
+//     Vary: Accept; every response carries Last-Modified.
 //   - The nodes of one OC shard objects by a consistent hash ring with
 //     virtual nodes. A miss on a non-owner is fetched from the owner with
 //     Get{peer: true}, so an object is read from origin once per OC while
@@ -44,6 +57,7 @@
 //     "overload") and gRPC leaves admission to its interceptor.
 //   - Errors map to HTTP in one place (writeError) and to gRPC in one place
 //     (grpcError): malformed id or variant 400 / INVALID_ARGUMENT "bad_id",
+//     unknown format 400 / INVALID_ARGUMENT "bad_format",
 //     unknown 404 / NOT_FOUND "not_found", bad signature 403 /
 //     PERMISSION_DENIED "signature_*", origin down
 //     503 / UNAVAILABLE "origin".

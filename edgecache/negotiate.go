@@ -126,18 +126,27 @@ func (s *Server) transcode(ctx context.Context, o *object) (*object, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	img, err := compress.DecodeImage(o.data, s.cfg.MaxTranscodePixels)
-	if err != nil {
-		s.m.transcodes.WithLabelValues("error").Inc()
-		return nil, fmt.Errorf("decode: %w", err)
-	}
-	out, err := compress.Encode(opaqueNRGBA(img), "", compress.ImageOptions{Codec: compress.CodecJPEG, Quality: s.cfg.FallbackJPEGQuality})
+	data, err := jpegFallback(o.data, s.cfg.MaxTranscodePixels, s.cfg.FallbackJPEGQuality)
 	if err != nil {
 		s.m.transcodes.WithLabelValues("error").Inc()
 		return nil, err
 	}
 	s.m.transcodes.WithLabelValues("ok").Inc()
-	return &object{data: out.Data, size: int64(len(out.Data)), contentType: "image/jpeg", etag: etagOf(out.Data), modTime: o.modTime}, nil
+	return &object{data: data, size: int64(len(data)), contentType: "image/jpeg", etag: etagOf(data), modTime: o.modTime}, nil
+}
+
+// jpegFallback decodes a HEIC image (at most maxPixels) and encodes it as
+// a JPEG at quality, the same size, without metadata.
+func jpegFallback(heic []byte, maxPixels int64, quality int) ([]byte, error) {
+	img, err := compress.DecodeImage(heic, maxPixels)
+	if err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	out, err := compress.Encode(opaqueNRGBA(img), "", compress.ImageOptions{Codec: compress.CodecJPEG, Quality: quality})
+	if err != nil {
+		return nil, err
+	}
+	return out.Data, nil
 }
 
 // opaqueNRGBA returns img as an opaque NRGBA at the origin, over white

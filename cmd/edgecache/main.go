@@ -53,6 +53,10 @@ type FileConfig struct {
 		PeerTimeout       time.Duration `yaml:"peer_timeout"`
 		RefreshInterval   time.Duration `yaml:"refresh_interval"`
 		MaxObjectBytes    int64         `yaml:"max_object_bytes"`
+		SliceBytes        int64         `yaml:"slice_bytes"`
+		FillBudgetBytes   int64         `yaml:"fill_budget_bytes"`
+		FallbackQuality   int           `yaml:"fallback_jpeg_quality"`
+		Transcoders       int           `yaml:"transcoders"`
 	} `yaml:"edgecache"`
 	Store struct {
 		Dir string          `yaml:"dir"`
@@ -107,7 +111,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		CapacityBytes: ec.CapacityBytes, DiskDir: ec.DiskDir, DiskCapacityBytes: ec.DiskCapacityBytes,
 		HTTPAddr: ec.HTTP, VirtualNodes: ec.VirtualNodes, URLKeys: ec.URLKeys, PublicBusinesses: ec.PublicBusinesses,
 		OriginTimeout: ec.OriginTimeout, PeerTimeout: ec.PeerTimeout, RefreshInterval: ec.RefreshInterval,
-		MaxObjectBytes: ec.MaxObjectBytes,
+		MaxObjectBytes: ec.MaxObjectBytes, SliceBytes: ec.SliceBytes, FillBudgetBytes: ec.FillBudgetBytes,
+		FallbackJPEGQuality: ec.FallbackQuality, Transcoders: ec.Transcoders,
 	}, deps)
 	if err != nil {
 		return err

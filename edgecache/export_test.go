@@ -1,0 +1,4 @@
+package edgecache
+
+// JPEGFallback is jpegFallback, for the benchmark.
+var JPEGFallback = jpegFallback
