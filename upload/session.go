@@ -1,0 +1,430 @@
+package upload
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"willow/media"
+	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
+	"willow/shedding"
+	"willow/token"
+)
+
+// The session API is the transport-neutral core of an upload: the gRPC
+// handlers (Begin, Chunks, Status, Commit) and the HTTP protocols (tus
+// 1.0.0, IETF resumable uploads) are thin adapters over it, so every
+// transport gets the same staging, limits, verification, idempotency,
+// shedding, pool spill, durability and compress journal. Its errors are
+// gRPC status errors with a reason (rpcstatus); the HTTP edge maps them to
+// HTTP statuses in one place (httpError).
+
+// BeginParams is a transport's request to begin, or resume, an upload.
+type BeginParams struct {
+	UploadID string
+	Token    string
+	Business string
+	User     string
+	Kind     willowv1.Kind
+	Size     int64
+	// SHA256 is the hex SHA-256 of the whole upload, verified at commit;
+	// "" when the transport does not know it up front (tus, IETF): those
+	// verify each request's bytes with their own checksums and the
+	// front records the SHA-256 of what it received.
+	SHA256      string
+	ContentType string
+	Filename    string
+}
+
+// SessionState is what the front knows of one upload.
+type SessionState struct {
+	Key string
+	// Offset is the durable offset: resume from here.
+	Offset  int64
+	Size    int64
+	Created time.Time
+	// Expires is when the staged bytes are removed if not committed.
+	Expires time.Time
+	// Committed is set once the upload was committed (here or before).
+	Committed *Outcome
+	Meta      SessionMeta
+}
+
+// SessionMeta is what the upload was begun with.
+type SessionMeta struct {
+	UploadID, User, Business, ContentType, Filename string
+	Kind                                            willowv1.Kind
+}
+
+// Outcome is a committed upload.
+type Outcome struct {
+	MediaID  string
+	Location string // store | pool1 | pool2
+	Region   string
+	Variants []*willowv1.Variant
+	// Duplicate: the upload ID was committed before; nothing new was
+	// stored.
+	Duplicate bool
+}
+
+// Reasons the session API adds to those of the gRPC handlers.
+const (
+	// ReasonUploadExpired: the upload was not committed within
+	// Config.StagingTTL; its staged bytes are (being) removed.
+	ReasonUploadExpired = "upload_expired"
+)
+
+// verifyToken checks an upload token and returns its claims.
+func (s *Server) verifyToken(tok string) (token.Claims, error) {
+	claims, err := token.Verify(s.cfg.Secret, tok, s.now())
+	switch {
+	case errors.Is(err, token.ErrExpired):
+		return claims, rpcstatus.New(codes.Unauthenticated, "token_expired", "upload token expired")
+	case err != nil:
+		return claims, rpcstatus.New(codes.Unauthenticated, "token_invalid", "upload token invalid")
+	}
+	return claims, nil
+}
+
+// sizeLimit is the size limit of kind, or an error for an unknown kind.
+func (s *Server) sizeLimit(k willowv1.Kind) (int64, error) {
+	switch k {
+	case willowv1.Kind_KIND_IMAGE:
+		return s.cfg.MaxImageBytes, nil
+	case willowv1.Kind_KIND_VIDEO:
+		return s.cfg.MaxVideoBytes, nil
+	}
+	return 0, invalid("bad_kind", "kind must be image or video")
+}
+
+// MaxSize is the largest upload the front accepts (of any kind).
+func (s *Server) MaxSize() int64 { return max(s.cfg.MaxImageBytes, s.cfg.MaxVideoBytes) }
+
+// stateOf describes a staged upload.
+func (s *Server) stateOf(key string, st *staged) SessionState {
+	m := st.meta
+	ss := SessionState{
+		Key: key, Size: m.Size, Created: m.Created, Expires: m.Created.Add(s.cfg.StagingTTL),
+		Meta: SessionMeta{UploadID: m.UploadID, User: m.User, Business: m.Business, ContentType: m.ContentType,
+			Filename: m.Filename, Kind: willowv1.Kind(m.Kind)},
+	}
+	if c := st.Committed(); c != nil {
+		id, _ := media.Parse(c.MediaID)
+		ss.Offset = m.Size
+		ss.Committed = &Outcome{MediaID: c.MediaID, Location: c.Location, Region: id.Region, Duplicate: true}
+		return ss
+	}
+	_, ss.Offset = st.Offsets()
+	return ss
+}
+
+func stateOfRecord(key string, rec Record) SessionState {
+	id, _ := media.Parse(rec.ID)
+	return SessionState{
+		Key: key, Offset: rec.Size, Size: rec.Size, Created: rec.Created,
+		Committed: &Outcome{MediaID: rec.ID, Location: rec.Location, Region: id.Region, Variants: rec.variantsProto(), Duplicate: true},
+		Meta: SessionMeta{UploadID: rec.UploadID, User: rec.User, Business: rec.Business, ContentType: rec.ContentType,
+			Kind: kindOf(rec.Kind)},
+	}
+}
+
+// beginSession validates p (token, business, kind, size limit) and returns
+// the upload's state: new, resumed (Offset), or committed before. A new
+// upload goes through the admission decision deferred to it (see
+// shedding.WouldShed in ctx): shed_ratio, or overload without pool 1,
+// rejects it RESOURCE_EXHAUSTED; overload with pool 1 marks it for pool 1.
+func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState, error) {
+	if !uploadIDRe.MatchString(p.UploadID) {
+		return SessionState{}, invalid("bad_upload_id", "upload_id must be 1-128 of [A-Za-z0-9._:-]")
+	}
+	if p.User == "" || len(p.User) > 128 {
+		return SessionState{}, invalid("bad_user", "user is required")
+	}
+	claims, err := s.verifyToken(p.Token)
+	if err != nil {
+		return SessionState{}, err
+	}
+	if claims.User != p.User || claims.Business != p.Business {
+		return SessionState{}, rpcstatus.New(codes.Unauthenticated, "token_invalid", "upload token is for another user or business")
+	}
+	if !s.known[p.Business] {
+		return SessionState{}, invalid("unknown_business", "unknown business %q", p.Business)
+	}
+	limit, err := s.sizeLimit(p.Kind)
+	if err != nil {
+		return SessionState{}, err
+	}
+	if p.Size <= 0 {
+		return SessionState{}, invalid("bad_size", "size must be positive")
+	}
+	if p.Size > limit {
+		return SessionState{}, invalid("too_large", "%d bytes over the %s limit of %d", p.Size, kindName(p.Kind), limit)
+	}
+	sum := strings.ToLower(p.SHA256)
+	if sum != "" && (len(sum) != 64 || strings.Trim(sum, "0123456789abcdef") != "") {
+		return SessionState{}, invalid("bad_sha256", "sha256 must be 64 hex digits")
+	}
+	key := media.KeyFor(p.User, p.UploadID)
+	st, err := s.staged(key)
+	if err != nil {
+		return SessionState{}, errInternal(err)
+	}
+	if st != nil {
+		if st.Committed() == nil && (st.meta.Size != p.Size || st.meta.SHA256 != sum || st.meta.Kind != int32(p.Kind)) {
+			return SessionState{}, invalid("upload_conflict", "upload %s was begun with another size, kind or sha256", p.UploadID)
+		}
+		return s.stateOf(key, st), nil
+	}
+	if rec, ok, err := s.findCommitted(ctx, key); err != nil {
+		// The store is down: go on. If this upload was committed long ago
+		// and its staging forgotten, its record still wins at drain.
+		s.log.Warn("upload: begin: store lookup failed", "key", key, "err", err)
+	} else if ok {
+		return stateOfRecord(key, rec), nil
+	}
+	// Admission deferred its decision for Begin: an overloaded front spills
+	// the new upload into pool 1 when it can; otherwise, and for coarse
+	// shed_ratio shedding of the business, it rejects it here.
+	reason, shed := s.wouldShed(ctx)
+	if shed {
+		k := s.node.Knobs()
+		switch {
+		case reason == shedding.ReasonShedRatio:
+			s.m.uploads.WithLabelValues("shed").Inc()
+			return SessionState{}, rpcstatus.Overload(reason, shedding.RetryAfterShedRatio, "shed: business %s over its shed_ratio", p.Business)
+		case s.pools[1] == nil || k.Pool1 == "off":
+			s.m.uploads.WithLabelValues("shed").Inc()
+			return SessionState{}, rpcstatus.Overload(reason, shedding.RetryAfterOverload, "shed: upload front overloaded")
+		}
+	}
+	meta := stageMeta{
+		UploadID: p.UploadID, User: p.User, Business: p.Business, Kind: int32(p.Kind),
+		Size: p.Size, SHA256: sum, ContentType: p.ContentType, Filename: p.Filename,
+		Deferred: shed, Created: s.now(),
+	}
+	unlock := s.lock(key)
+	defer unlock()
+	if st, err = s.staged(key); err == nil && st == nil {
+		st, err = createStaged(filepath.Join(s.upDir, key), meta)
+	}
+	if err != nil {
+		return SessionState{}, errInternal(err)
+	}
+	s.mu.Lock()
+	s.uploads[key] = st
+	s.indexLocked(meta.UploadID, key)
+	s.mu.Unlock()
+	return s.stateOf(key, st), nil
+}
+
+// sessionOf returns the state of the upload key of user: staged here, or
+// committed (here, in the store or a pool). st is nil for an upload known
+// only by its record. Errors: NOT_FOUND unknown_upload (also for another
+// user's upload), upload_expired (staged longer than StagingTTL, not
+// committed), UNAVAILABLE store_unavailable.
+func (s *Server) sessionOf(ctx context.Context, key, user string) (*staged, SessionState, error) {
+	unknown := rpcstatus.New(codes.NotFound, "unknown_upload", "no upload %s for this user", key)
+	if len(key) != 32 || strings.Trim(key, "0123456789abcdef") != "" {
+		return nil, SessionState{}, unknown
+	}
+	st, err := s.staged(key)
+	if err != nil {
+		return nil, SessionState{}, errInternal(err)
+	}
+	if st != nil {
+		if st.meta.User != user {
+			return nil, SessionState{}, unknown
+		}
+		ss := s.stateOf(key, st)
+		if ss.Committed == nil && s.now().After(ss.Expires) {
+			return nil, SessionState{}, rpcstatus.New(codes.NotFound, ReasonUploadExpired,
+				"upload %s expired at %s without being completed", key, ss.Expires.UTC().Format(time.RFC3339))
+		}
+		return st, ss, nil
+	}
+	rec, ok, err := s.findCommitted(ctx, key)
+	if err != nil {
+		return nil, SessionState{}, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
+	}
+	if !ok || rec.User != user {
+		return nil, SessionState{}, unknown
+	}
+	return nil, stateOfRecord(key, rec), nil
+}
+
+// writeSession appends data at off to a staged upload (duplicates of bytes
+// already received are accepted; see staged.Write) and, for an image,
+// refuses a pixel bomb as soon as its header is in.
+func (s *Server) writeSession(st *staged, off int64, data []byte) error {
+	if err := st.Write(off, data, s.cfg.SyncEvery); err != nil {
+		return chunkErr(err)
+	}
+	if willowv1.Kind(st.meta.Kind) == willowv1.Kind_KIND_IMAGE {
+		if err := st.CheckHeaderOnce(func(r io.ReaderAt, n int64) error { return checkPixels(r, n, s.cfg.MaxPixels) }); err != nil {
+			s.m.uploads.WithLabelValues("rejected").Inc()
+			return err
+		}
+	}
+	return nil
+}
+
+// terminateSession drops a staged, uncommitted upload (tus termination,
+// IETF cancellation). A committed upload is never removed: FAILED_PRECONDITION
+// already_committed.
+func (s *Server) terminateSession(key string) error {
+	unlock := s.lock(key)
+	defer unlock()
+	st, err := s.staged(key)
+	if err != nil {
+		return errInternal(err)
+	}
+	if st == nil {
+		return rpcstatus.New(codes.NotFound, "unknown_upload", "no upload %s", key)
+	}
+	if st.Committed() != nil {
+		return rpcstatus.New(codes.FailedPrecondition, "already_committed", "upload %s is committed; media are not deleted by the upload protocol", key)
+	}
+	s.forgetLocked(key, st.meta.UploadID)
+	return nil
+}
+
+// forgetLocked removes the staging dir of key; the caller holds key's lock.
+func (s *Server) forgetLocked(key, uploadID string) {
+	s.mu.Lock()
+	if st := s.uploads[key]; st != nil {
+		st.Close()
+	}
+	delete(s.uploads, key)
+	delete(s.byID[uploadID], key)
+	if len(s.byID[uploadID]) == 0 {
+		delete(s.byID, uploadID)
+	}
+	s.mu.Unlock()
+	_ = os.RemoveAll(filepath.Join(s.upDir, key))
+}
+
+func (s *Server) duplicateOutcome(rec Record) Outcome {
+	id, _ := media.Parse(rec.ID)
+	return Outcome{MediaID: rec.ID, Location: rec.Location, Variants: rec.variantsProto(), Duplicate: true, Region: id.Region}
+}
+
+// commitSession verifies the upload key (size, SHA-256 when declared, the
+// image header), makes the raw bytes and the record durable in the store
+// or a pool, journals the compress job and only then returns; the first
+// compress attempt runs at once and its variants are in the outcome when it
+// finishes within Config.CommitWait. Committing a committed upload returns
+// its outcome with Duplicate set.
+func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error) {
+	unlock := s.lock(key)
+	defer func() { unlock() }()
+	st, err := s.staged(key)
+	if err != nil {
+		return Outcome{}, errInternal(err)
+	}
+	if st == nil || st.Committed() != nil {
+		rec, ok, err := s.findCommitted(ctx, key)
+		if err == nil && ok {
+			s.m.uploads.WithLabelValues("duplicate").Inc()
+			return s.duplicateOutcome(rec), nil
+		}
+		if st != nil {
+			// Committed here but the record is unreadable (store down).
+			c := st.Committed()
+			s.m.uploads.WithLabelValues("duplicate").Inc()
+			id, _ := media.Parse(c.MediaID)
+			return Outcome{MediaID: c.MediaID, Location: c.Location, Duplicate: true, Region: id.Region}, nil
+		}
+		if err != nil {
+			return Outcome{}, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
+		}
+		return Outcome{}, rpcstatus.New(codes.NotFound, "unknown_upload", "no upload %s for this user", key)
+	}
+	// Crashed after the record was written but before the marker?
+	if rec, ok, err := s.findCommitted(ctx, key); err == nil && ok {
+		_ = st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: rec.Location, At: s.now()})
+		s.m.uploads.WithLabelValues("duplicate").Inc()
+		return s.duplicateOutcome(rec), nil
+	}
+	meta := st.meta
+	durable, err := st.Sync()
+	if err != nil {
+		return Outcome{}, errInternal(err)
+	}
+	if durable != meta.Size {
+		s.m.uploads.WithLabelValues("rejected").Inc()
+		return Outcome{}, invalid("size_mismatch", "received %d of %d bytes", durable, meta.Size)
+	}
+	got := st.Sum()
+	if meta.SHA256 != "" && got != meta.SHA256 {
+		s.m.uploads.WithLabelValues("rejected").Inc()
+		if err := st.Reset(); err != nil {
+			return Outcome{}, errInternal(err)
+		}
+		return Outcome{}, invalid("sha256_mismatch", "sha256 of the received bytes is %s, not %s; send them again", got, meta.SHA256)
+	}
+	ra, size := st.Reader()
+	if willowv1.Kind(meta.Kind) == willowv1.Kind_KIND_IMAGE {
+		if err := checkPixels(ra, size, s.cfg.MaxPixels); err != nil {
+			s.m.uploads.WithLabelValues("rejected").Inc()
+			return Outcome{}, err
+		}
+	}
+	rec := Record{
+		Kind: kindName(willowv1.Kind(meta.Kind)), Business: meta.Business, User: meta.User, UploadID: meta.UploadID,
+		Size: meta.Size, SHA256: got, ContentType: meta.ContentType, State: StateProcessing,
+		Variants: []VariantEntry{}, Created: s.now().UTC(),
+	}
+	loc, err := s.persist(ctx, key, &rec, ra, size, meta.Deferred)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if loc != LocationPool1 {
+		// The durable promise of variants, before the acknowledgement.
+		if err := s.journal.Add(ctx, job{Key: key, MediaID: rec.ID, Business: rec.Business, NextAt: s.now().Add(s.cfg.RetryMin).UnixMilli()}); err != nil {
+			return Outcome{}, errInternal(err)
+		}
+	}
+	if err := st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: loc, At: s.now()}); err != nil {
+		s.log.Warn("upload: commit marker", "key", key, "err", err)
+	}
+	s.m.uploads.WithLabelValues(loc).Inc()
+	s.m.bytes.Add(float64(size))
+	out := Outcome{MediaID: rec.ID, Location: loc, Region: s.region, Variants: []*willowv1.Variant{}}
+	if loc != LocationPool1 {
+		unlock()
+		unlock = func() {}
+		// First compress attempt right away, detached from the caller; the
+		// journal retries it when it fails.
+		j := job{Key: key, MediaID: rec.ID, Business: rec.Business}
+		done := make(chan *Record, 1)
+		go func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CompressTimeout)
+			defer cancel()
+			r, err := s.runJob(cctx, j)
+			if err != nil {
+				r = nil
+			}
+			done <- r
+		}()
+		if s.cfg.CommitWait > 0 {
+			t := time.NewTimer(s.cfg.CommitWait)
+			defer t.Stop()
+			select {
+			case r := <-done:
+				if r != nil {
+					out.Variants = r.variantsProto()
+				}
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
+	}
+	return out, nil
+}
