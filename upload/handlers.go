@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"path/filepath"
 	"regexp"
-	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -15,110 +12,25 @@ import (
 	"willow/mediaheader"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
-	"willow/shedding"
-	"willow/token"
 )
 
 var uploadIDRe = regexp.MustCompile(`^[A-Za-z0-9._:\-]{1,128}$`)
 
-// Begin implements willowv1.UploadServer.
+// Begin implements willowv1.UploadServer over beginSession; gRPC clients
+// always declare the SHA-256.
 func (s *Server) Begin(ctx context.Context, req *willowv1.BeginRequest) (*willowv1.BeginResponse, error) {
-	if !uploadIDRe.MatchString(req.GetUploadId()) {
-		return nil, invalid("bad_upload_id", "upload_id must be 1-128 of [A-Za-z0-9._:-]")
-	}
-	if req.GetUser() == "" || len(req.GetUser()) > 128 {
-		return nil, invalid("bad_user", "user is required")
-	}
-	claims, err := token.Verify(s.cfg.Secret, req.GetToken(), s.now())
-	switch {
-	case errors.Is(err, token.ErrExpired):
-		return nil, rpcstatus.New(codes.Unauthenticated, "token_expired", "upload token expired")
-	case err != nil:
-		return nil, rpcstatus.New(codes.Unauthenticated, "token_invalid", "upload token invalid")
-	case claims.User != req.GetUser() || claims.Business != req.GetBusiness():
-		return nil, rpcstatus.New(codes.Unauthenticated, "token_invalid", "upload token is for another user or business")
-	}
-	if !s.known[req.GetBusiness()] {
-		return nil, invalid("unknown_business", "unknown business %q", req.GetBusiness())
-	}
-	var limit int64
-	switch req.GetKind() {
-	case willowv1.Kind_KIND_IMAGE:
-		limit = s.cfg.MaxImageBytes
-	case willowv1.Kind_KIND_VIDEO:
-		limit = s.cfg.MaxVideoBytes
-	default:
-		return nil, invalid("bad_kind", "kind must be image or video")
-	}
-	if req.GetSize() <= 0 {
-		return nil, invalid("bad_size", "size must be positive")
-	}
-	if req.GetSize() > limit {
-		return nil, invalid("too_large", "%d bytes over the %s limit of %d", req.GetSize(), kindName(req.GetKind()), limit)
-	}
-	sum := strings.ToLower(req.GetSha256())
-	if len(sum) != 64 || strings.Trim(sum, "0123456789abcdef") != "" {
-		return nil, invalid("bad_sha256", "sha256 must be 64 hex digits")
-	}
-	key := media.KeyFor(req.GetUser(), req.GetUploadId())
-	resp := &willowv1.BeginResponse{UploadId: req.GetUploadId(), MaxChunkBytes: MaxChunkBytes}
-
-	st, err := s.staged(key)
+	ss, err := s.beginSession(ctx, BeginParams{
+		UploadID: req.GetUploadId(), Token: req.GetToken(), Business: req.GetBusiness(), User: req.GetUser(),
+		Kind: req.GetKind(), Size: req.GetSize(), SHA256: req.GetSha256(), ContentType: req.GetContentType(), Filename: req.GetFilename(),
+		requireSHA256: true,
+	})
 	if err != nil {
-		return nil, errInternal(err)
+		return nil, err
 	}
-	if st != nil {
-		if c := st.Committed(); c != nil {
-			resp.Committed, resp.MediaId, resp.Offset = true, c.MediaID, st.meta.Size
-			return resp, nil
-		}
-		if st.meta.Size != req.GetSize() || st.meta.SHA256 != sum || st.meta.Kind != int32(req.GetKind()) {
-			return nil, invalid("upload_conflict", "upload %s was begun with another size, kind or sha256", req.GetUploadId())
-		}
-		_, resp.Offset = st.Offsets()
-		return resp, nil
+	resp := &willowv1.BeginResponse{UploadId: req.GetUploadId(), MaxChunkBytes: MaxChunkBytes, Offset: ss.Offset}
+	if ss.Committed != nil {
+		resp.Committed, resp.MediaId = true, ss.Committed.MediaID
 	}
-	if rec, ok, err := s.findCommitted(ctx, key); err != nil {
-		// The store is down: go on. If this upload was committed long ago
-		// and its staging forgotten, its record still wins at drain.
-		s.log.Warn("upload: begin: store lookup failed", "key", key, "err", err)
-	} else if ok {
-		resp.Committed, resp.MediaId, resp.Offset = true, rec.ID, rec.Size
-		return resp, nil
-	}
-	// Admission deferred its decision for Begin: an overloaded front spills
-	// the new upload into pool 1 when it can; otherwise, and for coarse
-	// shed_ratio shedding of the business, it rejects it here.
-	reason, shed := s.wouldShed(ctx)
-	if shed {
-		k := s.node.Knobs()
-		switch {
-		case reason == shedding.ReasonShedRatio:
-			s.m.uploads.WithLabelValues("shed").Inc()
-			return nil, rpcstatus.Overload(reason, shedding.RetryAfterShedRatio, "shed: business %s over its shed_ratio", req.GetBusiness())
-		case s.pools[1] == nil || k.Pool1 == "off":
-			s.m.uploads.WithLabelValues("shed").Inc()
-			return nil, rpcstatus.Overload(reason, shedding.RetryAfterOverload, "shed: upload front overloaded")
-		}
-	}
-	meta := stageMeta{
-		UploadID: req.GetUploadId(), User: req.GetUser(), Business: req.GetBusiness(), Kind: int32(req.GetKind()),
-		Size: req.GetSize(), SHA256: sum, ContentType: req.GetContentType(), Filename: req.GetFilename(),
-		Deferred: shed, Created: s.now(),
-	}
-	unlock := s.lock(key)
-	defer unlock()
-	if st, err = s.staged(key); err == nil && st == nil {
-		st, err = createStaged(filepath.Join(s.upDir, key), meta)
-	}
-	if err != nil {
-		return nil, errInternal(err)
-	}
-	s.mu.Lock()
-	s.uploads[key] = st
-	s.indexLocked(meta.UploadID, key)
-	s.mu.Unlock()
-	_, resp.Offset = st.Offsets()
 	return resp, nil
 }
 
@@ -214,18 +126,11 @@ func (s *Server) Chunks(stream willowv1.Upload_ChunksServer) error {
 			}
 			curID, curUser = c.GetUploadId(), c.GetUser()
 		}
-		if err := cur.Write(c.GetOffset(), c.GetData(), s.cfg.SyncEvery); err != nil {
+		// writeSession rejects a pixel bomb as soon as its header is in,
+		// not after the whole file.
+		if err := s.writeSession(cur, c.GetOffset(), c.GetData()); err != nil {
 			_, _ = syncAll()
-			return chunkErr(err)
-		}
-		if willowv1.Kind(cur.meta.Kind) == willowv1.Kind_KIND_IMAGE {
-			// Reject a pixel bomb as soon as its header is in, not after
-			// the whole file.
-			if err := cur.CheckHeaderOnce(func(r io.ReaderAt, n int64) error { return checkPixels(r, n, s.cfg.MaxPixels) }); err != nil {
-				_, _ = syncAll()
-				s.m.uploads.WithLabelValues("rejected").Inc()
-				return err
-			}
+			return err
 		}
 	}
 	off, err := syncAll()
@@ -272,117 +177,16 @@ func checkPixels(r io.ReaderAt, size, max int64) error {
 	return nil
 }
 
-func (s *Server) duplicate(rec Record) *willowv1.CommitResponse {
-	id, _ := media.Parse(rec.ID)
-	return &willowv1.CommitResponse{MediaId: rec.ID, Location: rec.Location, Variants: rec.variantsProto(), Duplicate: true, Region: id.Region}
-}
-
-// Commit implements willowv1.UploadServer: verify, make the raw durable in
-// the store or a pool with its record, journal the compress, acknowledge.
+// Commit implements willowv1.UploadServer over commitSession: verify, make
+// the raw durable in the store or a pool with its record, journal the
+// compress, acknowledge.
 func (s *Server) Commit(ctx context.Context, req *willowv1.CommitRequest) (*willowv1.CommitResponse, error) {
-	key := media.KeyFor(req.GetUser(), req.GetUploadId())
-	unlock := s.lock(key)
-	defer func() { unlock() }()
-	st, err := s.staged(key)
-	if err != nil {
-		return nil, errInternal(err)
-	}
-	if st == nil || st.Committed() != nil {
-		rec, ok, err := s.findCommitted(ctx, key)
-		if err == nil && ok {
-			s.m.uploads.WithLabelValues("duplicate").Inc()
-			return s.duplicate(rec), nil
-		}
-		if st != nil {
-			// Committed here but the record is unreadable (store down).
-			c := st.Committed()
-			s.m.uploads.WithLabelValues("duplicate").Inc()
-			id, _ := media.Parse(c.MediaID)
-			return &willowv1.CommitResponse{MediaId: c.MediaID, Location: c.Location, Duplicate: true, Region: id.Region}, nil
-		}
-		if err != nil {
-			return nil, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
-		}
-		return nil, rpcstatus.New(codes.NotFound, "unknown_upload", "no upload %q for this user", req.GetUploadId())
-	}
-	// Crashed after the record was written but before the marker?
-	if rec, ok, err := s.findCommitted(ctx, key); err == nil && ok {
-		_ = st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: rec.Location, At: s.now()})
-		s.m.uploads.WithLabelValues("duplicate").Inc()
-		return s.duplicate(rec), nil
-	}
-	meta := st.meta
-	durable, err := st.Sync()
-	if err != nil {
-		return nil, errInternal(err)
-	}
-	if durable != meta.Size {
-		s.m.uploads.WithLabelValues("rejected").Inc()
-		return nil, invalid("size_mismatch", "received %d of %d bytes", durable, meta.Size)
-	}
-	if got := st.Sum(); got != meta.SHA256 {
-		s.m.uploads.WithLabelValues("rejected").Inc()
-		if err := st.Reset(); err != nil {
-			return nil, errInternal(err)
-		}
-		return nil, invalid("sha256_mismatch", "sha256 of the received bytes is %s, not %s; send them again", got, meta.SHA256)
-	}
-	ra, size := st.Reader()
-	if willowv1.Kind(meta.Kind) == willowv1.Kind_KIND_IMAGE {
-		if err := checkPixels(ra, size, s.cfg.MaxPixels); err != nil {
-			s.m.uploads.WithLabelValues("rejected").Inc()
-			return nil, err
-		}
-	}
-	rec := Record{
-		Kind: kindName(willowv1.Kind(meta.Kind)), Business: meta.Business, User: meta.User, UploadID: meta.UploadID,
-		Size: meta.Size, SHA256: meta.SHA256, ContentType: meta.ContentType, State: StateProcessing,
-		Variants: []VariantEntry{}, Created: s.now().UTC(),
-	}
-	loc, err := s.persist(ctx, key, &rec, ra, size, meta.Deferred)
+	o, err := s.commitSession(ctx, media.KeyFor(req.GetUser(), req.GetUploadId()))
 	if err != nil {
 		return nil, err
 	}
-	if loc != LocationPool1 {
-		// The durable promise of variants, before the acknowledgement.
-		if err := s.journal.Add(ctx, job{Key: key, MediaID: rec.ID, Business: rec.Business, NextAt: s.now().Add(s.cfg.RetryMin).UnixMilli()}); err != nil {
-			return nil, errInternal(err)
-		}
+	if o.Variants == nil {
+		o.Variants = []*willowv1.Variant{}
 	}
-	if err := st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: loc, At: s.now()}); err != nil {
-		s.log.Warn("upload: commit marker", "key", key, "err", err)
-	}
-	s.m.uploads.WithLabelValues(loc).Inc()
-	s.m.bytes.Add(float64(size))
-	resp := &willowv1.CommitResponse{MediaId: rec.ID, Location: loc, Region: s.region, Variants: []*willowv1.Variant{}}
-	if loc != LocationPool1 {
-		unlock()
-		unlock = func() {}
-		// First compress attempt right away, detached from the caller; the
-		// journal retries it when it fails.
-		j := job{Key: key, MediaID: rec.ID, Business: rec.Business}
-		done := make(chan *Record, 1)
-		go func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CompressTimeout)
-			defer cancel()
-			r, err := s.runJob(cctx, j)
-			if err != nil {
-				r = nil
-			}
-			done <- r
-		}()
-		if s.cfg.CommitWait > 0 {
-			t := time.NewTimer(s.cfg.CommitWait)
-			defer t.Stop()
-			select {
-			case r := <-done:
-				if r != nil {
-					resp.Variants = r.variantsProto()
-				}
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
-	}
-	return resp, nil
+	return &willowv1.CommitResponse{MediaId: o.MediaID, Location: o.Location, Variants: o.Variants, Duplicate: o.Duplicate, Region: o.Region}, nil
 }

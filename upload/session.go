@@ -41,6 +41,8 @@ type BeginParams struct {
 	SHA256      string
 	ContentType string
 	Filename    string
+	// requireSHA256: SHA256 must be given (gRPC).
+	requireSHA256 bool
 }
 
 // SessionState is what the front knows of one upload.
@@ -168,7 +170,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 		return SessionState{}, invalid("too_large", "%d bytes over the %s limit of %d", p.Size, kindName(p.Kind), limit)
 	}
 	sum := strings.ToLower(p.SHA256)
-	if sum != "" && (len(sum) != 64 || strings.Trim(sum, "0123456789abcdef") != "") {
+	if (sum != "" || p.requireSHA256) && (len(sum) != 64 || strings.Trim(sum, "0123456789abcdef") != "") {
 		return SessionState{}, invalid("bad_sha256", "sha256 must be 64 hex digits")
 	}
 	key := media.KeyFor(p.User, p.UploadID)
