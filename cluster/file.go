@@ -26,6 +26,9 @@ type Region struct {
 	Compress      string `json:"compress"`
 	EdgecacheGRPC string `json:"edgecache_grpc"`
 	EdgecacheHTTP string `json:"edgecache_http"`
+	// UploadHTTP is the base URL of the upload front's tus / IETF
+	// resumable-upload endpoint, e.g. http://127.0.0.1:PORT/files/.
+	UploadHTTP string `json:"upload_http,omitempty"`
 }
 
 // FileNode is one process of a multi-process cluster.

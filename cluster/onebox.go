@@ -46,6 +46,12 @@ type Config struct {
 	UploadSecret string
 	// Store, when set, replaces the directory store (tests use S3).
 	Store store.Store
+	// StagingTTL is the upload fronts' staging TTL (tests of expiry);
+	// default upload.DefaultStagingTTL.
+	StagingTTL time.Duration
+	// CORSOrigins may upload over HTTP from a browser; default the
+	// console's origin.
+	CORSOrigins []string
 	// HeartbeatInterval for every node; default node.DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
 	// Logger; default slog.Default().
@@ -211,13 +217,24 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		us, err := upload.New(upload.Config{
 			Secret:     []byte(cfg.UploadSecret),
 			StagingDir: filepath.Join(cfg.Dir, "staging", un.Config().ID),
+			StagingTTL: cfg.StagingTTL,
 		}, upload.Deps{Node: un, Store: st, Redis: rdb, Router: router, Pool1: p1, Pool2: p2})
+		if err != nil {
+			return nil, err
+		}
+		origins := cfg.CORSOrigins
+		if origins == nil {
+			origins = []string{"http://" + consoleL.Addr().String()}
+		}
+		uh, err := upload.NewHTTP(us, upload.HTTPConfig{CORSOrigins: origins})
 		if err != nil {
 			return nil, err
 		}
 		c.run(un.Run)
 		c.run(us.Run)
+		c.run(uh.Run)
 		reg.Upload = un.Addr()
+		reg.UploadHTTP = uh.URL()
 
 		en, err := c.newNode("edgecache-"+region+"-1", "edgecache", region, masterAddr, nodeLoad{})
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"willow/auth"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 	"willow/token"
@@ -385,9 +386,37 @@ func (h *HTTP) uploadURL(r *http.Request, key string) string {
 	return scheme + "://" + r.Host + h.cfg.BasePath + key
 }
 
-// claims authenticates a request: the upload token as Authorization:
-// Bearer TOKEN.
-func (h *HTTP) claims(r *http.Request) (token.Claims, string, error) {
+// HTTP routes of the upload front, as they appear in HTTPRoutes.
+const (
+	RouteOptions = "HTTP OPTIONS /files/"
+	RouteCreate  = "HTTP POST /files/"
+	RouteHead    = "HTTP HEAD /files/{id}"
+	RoutePatch   = "HTTP PATCH /files/{id}"
+	RouteDelete  = "HTTP DELETE /files/{id}"
+)
+
+// HTTPRoutes is the caller-class table of the upload front's HTTP routes
+// (package auth): OPTIONS (capabilities, CORS preflight) is public; every
+// other route is the client's own, with its upload token on every request.
+func HTTPRoutes() auth.Table {
+	client := auth.Rule{Classes: auth.Client}
+	return auth.Table{
+		RouteOptions: {Classes: auth.Public},
+		RouteCreate:  client, RouteHead: client, RoutePatch: client, RouteDelete: client,
+	}
+}
+
+var httpRoutes = HTTPRoutes()
+
+// claims authenticates a request of route: the upload token as
+// Authorization: Bearer TOKEN, checked by the node's guard (when it has
+// credentials) against HTTPRoutes and verified here for its claims.
+func (h *HTTP) claims(r *http.Request, route string) (token.Claims, string, error) {
+	if g := h.s.node.Guard(); g != nil && !g.IsOpen() {
+		if _, err := g.AuthorizeHTTP(r, httpRoutes[route]); err != nil {
+			return token.Claims{}, "", err
+		}
+	}
 	a := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(a, "Bearer ")
 	if !ok || strings.TrimSpace(tok) == "" {
@@ -657,7 +686,7 @@ func (h *HTTP) writeErr(w http.ResponseWriter, p protocol, code int, reason, msg
 
 // head answers HEAD for both protocols: the upload's offset.
 func (h *HTTP) head(w http.ResponseWriter, r *http.Request, p protocol, key string) {
-	c, _, err := h.claims(r)
+	c, _, err := h.claims(r, RouteHead)
 	if err != nil {
 		h.fail(w, p, err)
 		return
@@ -709,7 +738,7 @@ func (h *HTTP) head(w http.ResponseWriter, r *http.Request, p protocol, key stri
 
 // terminate answers DELETE for both protocols.
 func (h *HTTP) terminate(w http.ResponseWriter, r *http.Request, p protocol, key string) {
-	c, _, err := h.claims(r)
+	c, _, err := h.claims(r, RouteDelete)
 	if err != nil {
 		h.fail(w, p, err)
 		return

@@ -64,7 +64,7 @@ func (h *HTTP) ietfCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 		h.fail(w, p, invalid("length_required", "send Upload-Length (or Content-Length with Upload-Complete: ?1)"))
 		return
 	}
-	c, tok, err := h.claims(r)
+	c, tok, err := h.claims(r, RouteCreate)
 	if err != nil {
 		h.fail(w, p, err)
 		return
@@ -120,7 +120,7 @@ func (h *HTTP) ietfAppend(w http.ResponseWriter, r *http.Request, p protocol, ke
 		h.fail(w, p, invalid("bad_upload_complete", "an upload append needs Upload-Complete: ?0 or ?1"))
 		return
 	}
-	c, _, err := h.claims(r)
+	c, _, err := h.claims(r, RoutePatch)
 	if err != nil {
 		h.fail(w, p, err)
 		return

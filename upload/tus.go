@@ -103,7 +103,7 @@ func (h *HTTP) tusCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 		h.fail(w, p, invalid("length_required", "Upload-Length must be a non-negative integer"))
 		return
 	}
-	c, tok, err := h.claims(r)
+	c, tok, err := h.claims(r, RouteCreate)
 	if err != nil {
 		h.fail(w, p, err)
 		return
@@ -165,7 +165,7 @@ func (h *HTTP) tusPatch(w http.ResponseWriter, r *http.Request, p protocol, key 
 		h.fail(w, p, invalid("bad_offset", "Upload-Offset must be a non-negative integer"))
 		return
 	}
-	c, _, err := h.claims(r)
+	c, _, err := h.claims(r, RoutePatch)
 	if err != nil {
 		h.fail(w, p, err)
 		return

@@ -5,6 +5,7 @@
 //	upload -config upload.yaml
 //	upload -id upload-a-1 -region a -grpc :7200 -admin :7201 -master 127.0.0.1:7000 \
 //	       -secret S -staging /var/lib/willow/staging -pool-dir /var/lib/willow/pools -store /var/lib/willow/store
+//	upload ... -http :8200 -cors-origins https://app.example  (tus / IETF resumable uploads at http://HOST:8200/files/)
 //	upload ... -s3-endpoint host:9000 -s3-bucket willow -s3-access-key K -s3-secret-key S -redis redis://127.0.0.1:6379
 //
 // The config file has three sections, node: (the runtime), upload:
@@ -21,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"willow/buffer"
@@ -62,6 +64,8 @@ type FileConfig struct {
 		StagingTTL      time.Duration `yaml:"staging_ttl"`
 		RetryMin        time.Duration `yaml:"retry_min"`
 		RetryMax        time.Duration `yaml:"retry_max"`
+		// HTTP is the tus / IETF resumable-upload endpoint.
+		HTTP upload.HTTPConfig `yaml:"http"`
 	} `yaml:"upload"`
 	Store struct {
 		Dir string          `yaml:"dir"`
@@ -76,6 +80,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	secret := f.FS.String("secret", "", "upload-token HMAC secret (default $WILLOW_UPLOAD_SECRET)")
 	staging := f.FS.String("staging", "", "staging directory (required)")
 	poolDir := f.FS.String("pool-dir", "", "buffer pool directory (pool1/, pool2/); empty disables the pools")
+	httpAddr := f.FS.String("http", "", "listen address of the tus / IETF resumable-upload HTTP endpoint (default 127.0.0.1:0)")
+	cors := f.FS.String("cors-origins", "", "comma-separated origins browsers may upload from over HTTP (* for any)")
 	commitWait := f.FS.Duration("commit-wait", 0, "how long Commit waits for the first compress attempt to list variants (default 5s, at most the compress timeout; negative: do not wait)")
 	var fc FileConfig
 	nc, uc, sc := &fc.Node, &fc.Upload, &fc.Store
@@ -95,6 +101,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	daemon.Override(&uc.Staging, *staging)
 	daemon.Override(&uc.PoolDir, *poolDir)
+	daemon.Override(&uc.HTTP.Addr, *httpAddr)
+	if *cors != "" {
+		uc.HTTP.CORSOrigins = strings.Split(*cors, ",")
+	}
 	if *commitWait != 0 {
 		uc.CommitWait = *commitWait
 	}
@@ -159,9 +169,14 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	hs, err := upload.NewHTTP(srv, uc.HTTP)
+	if err != nil {
+		return err
+	}
 	return daemon.Serve(ctx, n, func() {
+		log.Info("upload front up", "grpc", n.Addr(), "http", hs.URL(), "admin", n.AdminAddr())
 		if m.Ready != nil {
 			m.Ready(n)
 		}
-	}, srv.Run)
+	}, srv.Run, hs.Run)
 }

@@ -95,8 +95,8 @@ write_cluster_json() {
 		nodes+=$(printf '\n    {"role": "%s", "region": "%s", "addr": "%s", "pid": %d}' "$role" "$region" "$addr" "$pid")
 	done
 	region_json() { # REGION SUBNET
-		printf '"%s": {"upload": "127.0.%s.1:%d", "compress": "127.0.%s.11:%d", "edgecache_grpc": "127.0.%s.21:%d", "edgecache_http": "127.0.%s.21:%d"}' \
-			"$1" "$2" "$BASE" "$2" "$BASE" "$2" "$BASE" "$2" $((BASE + 2))
+		printf '"%s": {"upload": "127.0.%s.1:%d", "upload_http": "http://127.0.%s.1:%d/files/", "compress": "127.0.%s.11:%d", "edgecache_grpc": "127.0.%s.21:%d", "edgecache_http": "127.0.%s.21:%d"}' \
+			"$1" "$2" "$BASE" "$2" $((BASE + 2)) "$2" "$BASE" "$2" "$BASE" "$2" $((BASE + 2))
 	}
 	cat >"$DIR/cluster.json.tmp" <<EOF
 {

@@ -9,7 +9,8 @@
 #   region b   the same on 127.0.2.x
 #
 # Every process listens on its own IP: gRPC on $WILLOW_LOCAL_PORT (default
-# 27000), admin HTTP on +1, edge HTTP and the console on +2; Redis on +79,
+# 27000), admin HTTP on +1, edge HTTP, the upload fronts' tus / IETF
+# endpoint (/files/) and the console on +2; Redis on +79,
 # S3 on +90. It writes DIR/cluster.json, logs to DIR/logs, pids to DIR/run,
 # and returns once `willow nodes` shows every node healthy. Stop it with
 # deploy/local/down.sh DIR; restart one process with restart.sh DIR NAME.
@@ -97,6 +98,7 @@ for r in a b; do
 		mkdir -p "$DIR/data/upload-$r-$k"
 		start "upload-$r-$k" upload "$r" "$ip:$BASE" "$BIN/upload" -id "upload-$r-$k" -region "$r" \
 			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -master "$MASTERS" -redis "$REDIS_URL" \
+			-http "$ip:$((BASE + 2))" -cors-origins "http://${MASTER_IPS[0]}:$((BASE + 2))" \
 			-commit-wait "${WILLOW_LOCAL_COMMIT_WAIT:-2s}" -secret "$UPLOAD_SECRET" -staging "$DIR/data/upload-$r-$k/staging" -pool-dir "$DIR/data/upload-$r-$k/pools" \
 			"${S3[@]}"
 		ip=127.0.$net.$((20 + k))
