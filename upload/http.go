@@ -147,20 +147,28 @@ func NewHTTP(s *Server, cfg HTTPConfig) (*HTTP, error) {
 	}
 	h.lis = lis
 	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	s.node.SetHTTPAddr(lis.Addr().String())
+	if err := s.node.SetHTTPAddr(lis.Addr().String()); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("upload: %w", err)
+	}
 	return h, nil
 }
 
 // Addr is the address the HTTP listener is bound to.
 func (h *HTTP) Addr() string { return h.lis.Addr().String() }
 
-// URL is the upload collection's URL (tus endpoint, IETF creation target),
-// e.g. http://127.0.0.1:PORT/files/.
+// URL is the upload collection's URL (tus endpoint, IETF creation target)
+// at the node's advertised HTTP address, e.g. http://127.0.0.1:PORT/files/,
+// or HTTPConfig.PublicURL.
 func (h *HTTP) URL() string {
 	if h.cfg.PublicURL != "" {
 		return h.cfg.PublicURL
 	}
-	return "http://" + h.Addr() + h.cfg.BasePath
+	addr := h.s.node.Config().HTTPAddr
+	if addr == "" {
+		addr = h.Addr()
+	}
+	return "http://" + addr + h.cfg.BasePath
 }
 
 // Handler returns the HTTP handler (tests mount it on their own server).
