@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"willow/redisconn"
 )
 
 // flexStore keeps the flex document the masters share: the document with
@@ -33,17 +35,18 @@ type flexStore interface {
 
 var _ flexStore = (*redisFlexStore)(nil)
 
-// redisFlexStore keeps the document in the hash PREFIX flex:doc (fields
-// version and doc), the audit log in the list PREFIX flex:audit, and
-// publishes each new version on PREFIX flex:changed.
+// redisFlexStore keeps the document in the hash {PREFIX}flex:doc (fields
+// version and doc), the audit log in the list {PREFIX}flex:audit, and
+// publishes each new version on {PREFIX}flex:changed: one hash tag, the
+// master's (Server.key), so the CAS script keeps to one cluster slot.
 type redisFlexStore struct {
-	rdb    redis.UniversalClient
-	prefix string // KeyPrefix + "flex:"
+	rdb    Redis
+	prefix string // redisconn.OneSlot(KeyPrefix) + "flex:"
 	cas    *redis.Script
 }
 
-func newRedisFlexStore(rdb redis.UniversalClient, keyPrefix string) *redisFlexStore {
-	return &redisFlexStore{rdb: rdb, prefix: keyPrefix + "flex:", cas: redis.NewScript(casScript)}
+func newRedisFlexStore(rdb Redis, keyPrefix string) *redisFlexStore {
+	return &redisFlexStore{rdb: rdb, prefix: redisconn.OneSlot(keyPrefix) + "flex:", cas: redis.NewScript(casScript)}
 }
 
 func (r *redisFlexStore) key(name string) string { return r.prefix + name }

@@ -31,6 +31,8 @@ type grpcProber struct {
 	conns map[string]*grpc.ClientConn
 }
 
+var _ Prober = (*grpcProber)(nil)
+
 func newGRPCProber(tlsCfg *tls.Config) *grpcProber {
 	return &grpcProber{tls: tlsCfg, conns: map[string]*grpc.ClientConn{}}
 }

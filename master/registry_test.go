@@ -697,16 +697,18 @@ func TestKilledNodeProcessLeavesRoute(t *testing.T) {
 }
 
 func TestNodesReregisterWhenRedisForgets(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	m := startRegMaster(t, rdb, "master-1", regConfig(), nil)
-	startRegNode(t, m.addr, "upload-a-1", "upload", "a")
-	regWait(t, 5*time.Second, "node in Route", func() bool { return inRoute(m.client, "upload", "a", "upload-a-1") })
-	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	regWait(t, 5*time.Second, "node registered again", func() bool {
-		n, err := rdb.Exists(context.Background(), "willow:node:upload-a-1").Result()
-		return err == nil && n == 1
+	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
+		rdb := rt.Client(t)
+		m := startRegMaster(t, rdb, "master-1", regConfig(), nil)
+		startRegNode(t, m.addr, "upload-a-1", "upload", "a")
+		regWait(t, 5*time.Second, "node in Route", func() bool { return inRoute(m.client, "upload", "a", "upload-a-1") })
+		if err := testenv.FlushAll(context.Background(), rdb); err != nil {
+			t.Fatal(err)
+		}
+		regWait(t, 5*time.Second, "node registered again", func() bool {
+			n, err := rdb.Exists(context.Background(), "{willow:}node:upload-a-1").Result()
+			return err == nil && n == 1
+		})
+		regWait(t, 2*time.Second, "node in Route", func() bool { return inRoute(m.client, "upload", "a", "upload-a-1") })
 	})
-	regWait(t, 2*time.Second, "node in Route", func() bool { return inRoute(m.client, "upload", "a", "upload-a-1") })
 }

@@ -8,10 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 )
 
 // Defaults for Config.
@@ -43,7 +42,9 @@ type Config struct {
 	OncallToken string
 	// LevelsFile is a YAML file of level plans; empty uses the shipped plans.
 	LevelsFile string
-	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix.
+	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix. Keys
+	// are KeyPrefix in braces (a Redis Cluster hash tag) unless it holds
+	// one already: "{willow:}node:ID".
 	KeyPrefix string
 
 	// ID names this master in the shared leader lease; default the node's ID.
@@ -152,8 +153,9 @@ func (c *Config) applyDefaults() error {
 type Deps struct {
 	// Node is the master's own node runtime (role "master"); required.
 	Node *node.Node
-	// Redis holds shared state for HA masters; required.
-	Redis redis.UniversalClient
+	// Redis holds shared state for HA masters: one server or a Redis
+	// Cluster; required.
+	Redis Redis
 	// Now; default time.Now.
 	Now func() time.Time
 	// Logger; default the node's.
@@ -168,7 +170,7 @@ type Server struct {
 	willowv1.UnimplementedMasterServer
 	cfg    Config
 	node   *node.Node
-	rdb    redis.UniversalClient
+	rdb    Redis
 	now    func() time.Time
 	log    *slog.Logger
 	prober Prober
@@ -234,5 +236,7 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// key returns the Redis key for name.
-func (s *Server) key(name string) string { return s.cfg.KeyPrefix + name }
+// key returns the Redis key for name. Every master key shares one hash
+// tag, so the registry's transactions and the flex script keep to one
+// Redis Cluster slot: "{willow:}node:ID" with the default prefix.
+func (s *Server) key(name string) string { return redisconn.OneSlot(s.cfg.KeyPrefix) + name }

@@ -274,3 +274,13 @@ func clusterPort() (int, error) {
 	}
 	return 0, errors.New("no free port pair for a redis cluster node")
 }
+
+// FlushAll empties c: the server, or every master of a cluster.
+func FlushAll(ctx context.Context, c redis.UniversalClient) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.FlushAll(ctx).Err()
+		})
+	}
+	return c.FlushAll(ctx).Err()
+}
