@@ -169,3 +169,24 @@ func TestSlotMatchesCluster(t *testing.T) {
 		t.Error("one user's inbox and held set are in different slots")
 	}
 }
+
+func TestSameSlot(t *testing.T) {
+	for _, tt := range []struct {
+		key, want string
+		ok        bool
+	}{
+		{"willow:upload:upload-a-1:compress", "{willow:upload:upload-a-1:compress}:jobs", true},
+		{"j{x}", "j{x}:jobs", true},
+		{"a{b", "{a{b}:jobs", true},
+		{"a}b", "", false},
+		{"", "", false},
+	} {
+		got, ok := redisconn.SameSlot(tt.key, ":jobs")
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("SameSlot(%q) = %q, %v; want %q, %v", tt.key, got, ok, tt.want, tt.ok)
+		}
+		if ok && redisconn.Slot(got) != redisconn.Slot(tt.key) {
+			t.Errorf("SameSlot(%q) = %q: slot %d, key's %d", tt.key, got, redisconn.Slot(got), redisconn.Slot(tt.key))
+		}
+	}
+}

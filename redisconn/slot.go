@@ -67,3 +67,17 @@ func crc16(s string) uint16 {
 	}
 	return crc
 }
+
+// SameSlot returns the key suffix is appended to so that it shares key's
+// cluster slot without renaming key: key+suffix when key carries a hash
+// tag, else "{key}"+suffix. It reports false when no such key exists: key
+// is empty, or holds a '}' but no hash tag.
+func SameSlot(key, suffix string) (string, bool) {
+	if hasTag(key) {
+		return key + suffix, true
+	}
+	if key == "" || strings.IndexByte(key, '}') >= 0 {
+		return "", false
+	}
+	return "{" + key + "}" + suffix, true
+}

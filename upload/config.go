@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"willow/buffer"
@@ -82,8 +81,9 @@ type Config struct {
 	// PollInterval is how often Run looks for due work; default
 	// DefaultPollInterval.
 	PollInterval time.Duration
-	// JournalKey is the Redis key of the compress journal; default
-	// "willow:upload:NODE:compress".
+	// JournalKey is the Redis key of the compress journal (a sorted set;
+	// the jobs' hash is "{JournalKey}:jobs", in the same cluster slot);
+	// default "willow:upload:NODE:compress".
 	JournalKey string
 	// Logger; default the node's logger.
 	Logger *slog.Logger
@@ -98,8 +98,9 @@ type Deps struct {
 	Store store.Store
 	// Redis, when set, holds the compress journal (a sorted set); nil
 	// keeps the journal in the staging dir. When Redis fails the journal
-	// falls back to the staging dir, so nothing is forgotten.
-	Redis redis.UniversalClient
+	// falls back to the staging dir, so nothing is forgotten. One server
+	// or a Redis Cluster.
+	Redis Redis
 	// Router reaches compress workers; when nil, Compress is used.
 	Router *client.Router
 	// Compress is a direct compress client used when Router is nil

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"willow/redisconn"
 )
 
 // job is a pending compress of one media item: the durable promise that
@@ -114,12 +116,42 @@ func (f *fileJournal) Len(context.Context) (int64, error) {
 	return n, nil
 }
 
-// redisJournal keeps jobs in a sorted set scored by NextAt (ms) plus a
-// hash of their JSON, both under one key prefix. Redis's appendonly file
-// makes them durable.
+// Redis is the part of go-redis the compress journal uses. *redis.Client
+// (one server) and *redis.ClusterClient (Redis Cluster) both satisfy it.
+type Redis interface {
+	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	ZRangeByScore(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
+	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
+	ZCard(ctx context.Context, key string) *redis.IntCmd
+}
+
+var (
+	_ Redis = (*redis.Client)(nil)
+	_ Redis = (*redis.ClusterClient)(nil)
+
+	_ journal = (*fileJournal)(nil)
+	_ journal = (*redisJournal)(nil)
+	_ journal = (*fallbackJournal)(nil)
+)
+
+// redisJournal keeps jobs in a sorted set scored by NextAt (ms), under
+// key, plus a hash of their JSON in the same Redis Cluster slot
+// ("{KEY}:jobs"), so one transaction changes both. Redis's appendonly
+// file makes them durable.
 type redisJournal struct {
-	rdb redis.UniversalClient
-	key string
+	rdb  Redis
+	key  string // the sorted set
+	jobs string // the hash
+}
+
+// newRedisJournal returns the journal under key; a key whose hash could
+// not share its slot (a '}' without a hash tag) is an error.
+func newRedisJournal(rdb Redis, key string) (*redisJournal, error) {
+	jobs, ok := redisconn.SameSlot(key, ":jobs")
+	if !ok {
+		return nil, fmt.Errorf("journal key %q: empty, or a '}' without a hash tag", key)
+	}
+	return &redisJournal{rdb: rdb, key: key, jobs: jobs}, nil
 }
 
 func (r *redisJournal) Add(ctx context.Context, j job) error {
@@ -128,7 +160,7 @@ func (r *redisJournal) Add(ctx context.Context, j job) error {
 		return err
 	}
 	_, err = r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, r.key+":jobs", j.Key, b)
+		p.HSet(ctx, r.jobs, j.Key, b)
 		p.ZAdd(ctx, r.key, redis.Z{Score: float64(j.NextAt), Member: j.Key})
 		return nil
 	})
@@ -143,7 +175,7 @@ func (r *redisJournal) Due(ctx context.Context, now time.Time, n int) ([]job, er
 	if err != nil || len(keys) == 0 {
 		return nil, err
 	}
-	vals, err := r.rdb.HMGet(ctx, r.key+":jobs", keys...).Result()
+	vals, err := r.rdb.HMGet(ctx, r.jobs, keys...).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +195,7 @@ func (r *redisJournal) Due(ctx context.Context, now time.Time, n int) ([]job, er
 func (r *redisJournal) Done(ctx context.Context, key string) error {
 	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, r.key, key)
-		p.HDel(ctx, r.key+":jobs", key)
+		p.HDel(ctx, r.jobs, key)
 		return nil
 	})
 	return err

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("WILLOW_UPLOAD_CHILD") == "1" {
 		os.Exit(runChild())
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.Main(m))
 }
 
 // runChild serves an upload front on $CHILD_ADDR with its staging in

@@ -103,7 +103,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		if key == "" {
 			key = "willow:upload:" + s.nodeID + ":compress"
 		}
-		s.journal = &fallbackJournal{primary: &redisJournal{rdb: deps.Redis, key: key}, file: fj,
+		rj, err := newRedisJournal(deps.Redis, key)
+		if err != nil {
+			return nil, fmt.Errorf("upload: %w", err)
+		}
+		s.journal = &fallbackJournal{primary: rj, file: fj,
 			onErr: func(err error) { s.log.Warn("upload: redis journal failed; using the staging dir", "err", err) }}
 	}
 	k := deps.Node.Knobs()

@@ -312,45 +312,49 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestCompressRetriedFromRedisJournal(t *testing.T) {
-	rd := testenv.StartRedis(t)
-	rdb := rd.Client(t)
-	f := newFront(t, frontOpts{redis: rdb})
-	ctx := ctxT(t)
-	f.compress.setFail(status.Error(codes.ResourceExhausted, "shed (test)"))
-	r := f.mustUpload(ctx, "later", "frank", photo(t))
-	if len(r.GetVariants()) != 0 {
-		t.Fatalf("variants from a failing compress: %v", r.GetVariants())
-	}
-	n, err := rdb.ZCard(ctx, "willow:upload:upload-a-1:compress").Result()
-	if err != nil || n != 1 {
-		t.Fatalf("journal depth in redis = %d, %v", n, err)
-	}
-	m, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: r.GetMediaId()})
-	if err != nil || m.GetState() != "processing" {
-		t.Fatalf("GetMedia = %v, %v", m, err)
-	}
-	f.compress.setFail(nil)
-	eventually(t, "variants after compress recovers", func() bool {
+	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
+		rd := rt
+		rdb := rd.Client(t)
+		f := newFront(t, frontOpts{redis: rdb})
+		ctx := ctxT(t)
+		f.compress.setFail(status.Error(codes.ResourceExhausted, "shed (test)"))
+		r := f.mustUpload(ctx, "later", "frank", photo(t))
+		if len(r.GetVariants()) != 0 {
+			t.Fatalf("variants from a failing compress: %v", r.GetVariants())
+		}
+		n, err := rdb.ZCard(ctx, "willow:upload:upload-a-1:compress").Result()
+		if err != nil || n != 1 {
+			t.Fatalf("journal depth in redis = %d, %v", n, err)
+		}
 		m, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: r.GetMediaId()})
-		return err == nil && m.GetState() == "ready" && len(m.GetVariants()) == 3
-	})
-	eventually(t, "journal empty", func() bool {
-		n, _ := rdb.ZCard(ctx, "willow:upload:upload-a-1:compress").Result()
-		return n == 0
+		if err != nil || m.GetState() != "processing" {
+			t.Fatalf("GetMedia = %v, %v", m, err)
+		}
+		f.compress.setFail(nil)
+		eventually(t, "variants after compress recovers", func() bool {
+			m, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: r.GetMediaId()})
+			return err == nil && m.GetState() == "ready" && len(m.GetVariants()) == 3
+		})
+		eventually(t, "journal empty", func() bool {
+			n, _ := rdb.ZCard(ctx, "willow:upload:upload-a-1:compress").Result()
+			return n == 0
+		})
 	})
 }
 
 func TestRedisDownJournalFallsBackToFile(t *testing.T) {
-	rd := testenv.StartRedis(t)
-	rdb := rd.Client(t)
-	f := newFront(t, frontOpts{redis: rdb})
-	ctx := ctxT(t)
-	f.compress.setFail(status.Error(codes.Unavailable, "down (test)"))
-	rd.Kill()
-	r := f.mustUpload(ctx, "noredis", "gina", photo(t))
-	f.compress.setFail(nil)
-	eventually(t, "variants with redis down", func() bool {
-		m, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: r.GetMediaId()})
-		return err == nil && m.GetState() == "ready"
+	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
+		rd := rt
+		rdb := rd.Client(t)
+		f := newFront(t, frontOpts{redis: rdb})
+		ctx := ctxT(t)
+		f.compress.setFail(status.Error(codes.Unavailable, "down (test)"))
+		rd.Kill()
+		r := f.mustUpload(ctx, "noredis", "gina", photo(t))
+		f.compress.setFail(nil)
+		eventually(t, "variants with redis down", func() bool {
+			m, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: r.GetMediaId()})
+			return err == nil && m.GetState() == "ready"
+		})
 	})
 }
