@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,11 +15,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/shedding"
+	"willow/urlsign"
 )
 
 // Defaults.
@@ -44,7 +47,18 @@ type Client struct {
 	Token func(user, business string) (string, error)
 	// CallTimeout bounds each attempt; default DefaultCallTimeout.
 	CallTimeout time.Duration
+	// URLKeys, when set, sign Download's requests for the user of the
+	// request context (WithRequest), valid for URLTTL. Only tools holding
+	// the deployment's keys set it (willow download); apps get signed URLs
+	// from the timeline and use DownloadURL.
+	URLKeys *urlsign.Keyring
+	// URLTTL is how long Download's signatures are valid; default
+	// DefaultURLTTL.
+	URLTTL time.Duration
 }
+
+// DefaultURLTTL is how long a signature made by Download is valid.
+const DefaultURLTTL = 10 * time.Minute
 
 // UploadOptions describe one upload.
 type UploadOptions struct {
@@ -221,12 +235,58 @@ func sendChunks(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, si
 // Download writes one variant of a media item to w, from the edge caches
 // of the caller's region, then (per the retries knob) the other region's.
 // A malformed ID fails before any call.
+//
+// With URLKeys set the request is signed for the user of ctx
+// (WithRequest); without, it carries no signature, which an edge with URL
+// keys refuses (PERMISSION_DENIED signature_missing) unless the media's
+// business is public.
 func (c *Client) Download(ctx context.Context, id, variant string, w io.Writer) (*willowv1.DataChunk, error) {
+	if variant == "" {
+		variant = media.VariantRaw
+	}
+	var sig urlsign.Signature
+	if c.URLKeys != nil {
+		ttl := c.URLTTL
+		if ttl <= 0 {
+			ttl = DefaultURLTTL
+		}
+		sig = c.URLKeys.Sign(id, variant, requestUser(ctx), time.Now().Add(ttl))
+	}
+	return c.download(ctx, id, variant, sig, w)
+}
+
+// DownloadURL downloads a signed URL (as the timeline's Poll returns them:
+// /m/ID/VARIANT?u=…&exp=…&kid=…&sig=…, with or without scheme and host)
+// through the edge caches' gRPC, like Download. The signature is the
+// URL's; URLKeys plays no part.
+func (c *Client) DownloadURL(ctx context.Context, rawURL string, w io.Writer) (*willowv1.DataChunk, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "download url: %v", err)
+	}
+	id, variant, ok := urlsign.ParsePath(u.Path)
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "download url %q: want /m/ID/VARIANT", u.Path)
+	}
+	return c.download(ctx, id, variant, urlsign.FromQuery(u.Query()), w)
+}
+
+// requestUser is the user WithRequest put in ctx.
+func requestUser(ctx context.Context) string {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if v := md.Get(shedding.MDUser); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c *Client) download(ctx context.Context, id, variant string, sig urlsign.Signature, w io.Writer) (*willowv1.DataChunk, error) {
 	if _, err := media.Parse(id); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if variant == "" {
-		variant = media.VariantRaw
+	var sigProto *willowv1.UrlSignature
+	if !sig.IsZero() {
+		sigProto = &willowv1.UrlSignature{KeyId: sig.KeyID, ExpiresUnix: sig.Expires, User: sig.User, Mac: sig.MAC}
 	}
 	var head *willowv1.DataChunk
 	var written int64
@@ -249,7 +309,7 @@ func (c *Client) Download(ctx context.Context, id, variant string, w io.Writer) 
 		}
 		actx, cancel := context.WithTimeout(ctx, c.timeout())
 		defer cancel()
-		stream, err := willowv1.NewEdgeCacheClient(conn).Get(actx, &willowv1.GetRequest{MediaId: id, Variant: variant})
+		stream, err := willowv1.NewEdgeCacheClient(conn).Get(actx, &willowv1.GetRequest{MediaId: id, Variant: variant, Signature: sigProto})
 		if err != nil {
 			return err
 		}

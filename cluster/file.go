@@ -4,20 +4,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+
+	"willow/urlsign"
 )
 
 // File is DIR/cluster.json as `willow up` and deploy/local write it
 // (DESIGN.md section 8): addresses plus the development secrets, so other
 // commands can take --cluster FILE.
 type File struct {
-	Master       string            `json:"master"`
-	Console      string            `json:"console"`
-	Redis        string            `json:"redis"`
-	Timeline     string            `json:"timeline"`
-	OncallToken  string            `json:"oncall_token"`
-	UploadSecret string            `json:"upload_secret"`
-	Regions      map[string]Region `json:"regions"`
-	Nodes        []FileNode        `json:"nodes,omitempty"`
+	Master       string `json:"master"`
+	Console      string `json:"console"`
+	Redis        string `json:"redis"`
+	Timeline     string `json:"timeline"`
+	OncallToken  string `json:"oncall_token"`
+	UploadSecret string `json:"upload_secret"`
+	// URLKeys sign download URLs (package urlsign): the first signs, all
+	// verify.
+	URLKeys []urlsign.Key     `json:"url_keys,omitempty"`
+	Regions map[string]Region `json:"regions"`
+	Nodes   []FileNode        `json:"nodes,omitempty"`
 }
 
 // Region lists one region's service addresses.

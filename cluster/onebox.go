@@ -29,6 +29,7 @@ import (
 	"willow/store/fs"
 	"willow/timeline"
 	"willow/upload"
+	"willow/urlsign"
 )
 
 // Config configures a one-box cluster. Zero values mean the default.
@@ -44,6 +45,9 @@ type Config struct {
 	// DIR/cluster.json, else random.
 	OncallToken  string
 	UploadSecret string
+	// URLKeys sign and verify download URLs; default: kept from an
+	// existing DIR/cluster.json, else one random key.
+	URLKeys []urlsign.Key
 	// Store, when set, replaces the directory store (tests use S3).
 	Store store.Store
 	// StagingTTL is the upload fronts' staging TTL (tests of expiry);
@@ -98,12 +102,18 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if cfg.UploadSecret == "" {
 			cfg.UploadSecret = old.UploadSecret
 		}
+		if len(cfg.URLKeys) == 0 {
+			cfg.URLKeys = old.URLKeys
+		}
 	}
 	if cfg.OncallToken == "" {
 		cfg.OncallToken = randomHex(16)
 	}
 	if cfg.UploadSecret == "" {
 		cfg.UploadSecret = randomHex(32)
+	}
+	if len(cfg.URLKeys) == 0 {
+		cfg.URLKeys = []urlsign.Key{urlsign.GenerateKey("dev-" + randomHex(3))}
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c = &Cluster{cfg: cfg, runCtx: runCtx, cancel: cancel, failed: make(chan struct{})}
@@ -170,7 +180,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	c.File = File{
 		Master: masterAddr, Console: "http://" + consoleL.Addr().String() + "/console",
 		Redis: redisURL, OncallToken: cfg.OncallToken, UploadSecret: cfg.UploadSecret,
-		Regions: map[string]Region{},
+		URLKeys: cfg.URLKeys, Regions: map[string]Region{},
 	}
 
 	// Regions.
@@ -240,7 +250,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
-		es, err := edgecache.New(edgecache.Config{}, edgecache.Deps{Node: en, Store: st, Router: router})
+		es, err := edgecache.New(edgecache.Config{URLKeys: cfg.URLKeys, PublicBusinesses: upload.DefaultPublicDownloads}, edgecache.Deps{Node: en, Store: st, Router: router})
 		if err != nil {
 			return nil, err
 		}
@@ -262,7 +272,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, err = timeline.New(timeline.Config{}, timeline.Deps{Node: tn, Redis: rdb})
+	tr, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: cfg.Regions[0]})
+	if err != nil {
+		return nil, err
+	}
+	c.closers = append(c.closers, func() { tr.Close() })
+	ts, err = timeline.New(timeline.Config{URLKeys: cfg.URLKeys},
+		timeline.Deps{Node: tn, Redis: rdb, Media: timeline.UploadMedia{Router: tr}})
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"willow/cluster"
 	"willow/internal/testenv"
 	"willow/token"
+	"willow/urlsign"
 )
 
 const photosDir = "../../shared/testdata/photos"
@@ -48,9 +49,19 @@ func newClient(t *testing.T, c *cluster.Cluster, region string) *client.Client {
 	}
 	t.Cleanup(func() { r.Close() })
 	secret := []byte(c.File.UploadSecret)
-	return &client.Client{Router: r, Token: func(u, b string) (string, error) {
+	return &client.Client{Router: r, URLKeys: urlKeys(t, c), Token: func(u, b string) (string, error) {
 		return token.Sign(secret, u, b, time.Now().Add(time.Hour))
 	}}
+}
+
+// urlKeys is the cluster's download URL keyring (cluster.json url_keys).
+func urlKeys(t *testing.T, c *cluster.Cluster) *urlsign.Keyring {
+	t.Helper()
+	k, err := urlsign.New(c.File.URLKeys)
+	if err != nil {
+		t.Fatalf("cluster.json url_keys: %v", err)
+	}
+	return k
 }
 
 // dims decodes an image's dimensions; HEIC goes through heif-convert.
@@ -99,6 +110,7 @@ func TestOneBoxUploadDownloadEveryPhoto(t *testing.T) {
 		t.Fatalf("photos: %v (the tests need ../shared/testdata beside the repo)", err)
 	}
 	up := newClient(t, c, "a")
+	keys := urlKeys(t, c)
 	presets := map[string]int{"thumb": 240, "medium": 1080, "large": 1920}
 	for _, e := range entries {
 		name := e.Name()
@@ -131,7 +143,7 @@ func TestOneBoxUploadDownloadEveryPhoto(t *testing.T) {
 			for _, region := range []string{"a", "b"} {
 				reg := c.File.Regions[region]
 				for variant, max := range presets {
-					body, ctype := waitHTTP(t, fmt.Sprintf("http://%s/m/%s/%s", reg.EdgecacheHTTP, res.ID, variant))
+					body, ctype := waitHTTP(t, "http://"+reg.EdgecacheHTTP+keys.URL(res.ID, variant, "e2e", time.Now().Add(time.Hour)))
 					w, h := dims(t, body, ctype)
 					long := w
 					if h > long {
@@ -151,9 +163,15 @@ func TestOneBoxUploadDownloadEveryPhoto(t *testing.T) {
 						t.Errorf("%s via %s: gRPC bytes (%d, %s) differ from HTTP (%d, %s)", variant, region, buf.Len(), head.GetContentType(), len(body), ctype)
 					}
 				}
-				rawBody, _ := waitHTTP(t, fmt.Sprintf("http://%s/m/%s/raw", reg.EdgecacheHTTP, res.ID))
+				rawBody, _ := waitHTTP(t, "http://"+reg.EdgecacheHTTP+keys.URL(res.ID, "raw", "e2e", time.Now().Add(time.Hour)))
 				if !bytes.Equal(rawBody, raw) {
 					t.Errorf("raw via %s differs from the uploaded file", region)
+				}
+				// moments downloads are signed: the bare URL is refused.
+				if resp, err := http.Get(fmt.Sprintf("http://%s/m/%s/raw", reg.EdgecacheHTTP, res.ID)); err != nil || resp.StatusCode != http.StatusForbidden {
+					t.Errorf("unsigned raw via %s: %v %v, want 403", region, resp, err)
+				} else {
+					resp.Body.Close()
 				}
 			}
 		})

@@ -23,6 +23,7 @@ import (
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/token"
+	"willow/urlsign"
 )
 
 // localCluster is a deploy/local cluster started by this test: every
@@ -124,7 +125,11 @@ func startCluster(t *testing.T) *localCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.router.Close() })
-	c.client = &client.Client{Router: c.router, CallTimeout: time.Minute, Token: func(u, b string) (string, error) {
+	keys, err := urlsign.New(f.URLKeys)
+	if err != nil {
+		t.Fatalf("cluster.json url_keys: %v", err)
+	}
+	c.client = &client.Client{Router: c.router, CallTimeout: time.Minute, URLKeys: keys, Token: func(u, b string) (string, error) {
 		return token.Sign(c.secret, u, b, time.Now().Add(time.Hour))
 	}}
 	return c

@@ -18,10 +18,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 
+	"willow/auth"
 	"willow/flex"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/urlsign"
 )
 
 // Defaults for Config.
@@ -70,6 +72,11 @@ type Config struct {
 	// RedisTimeout bounds each Redis call of the background loops;
 	// default DefaultRedisTimeout.
 	RedisTimeout time.Duration
+	// URLKeys sign the download URLs Poll returns (package urlsign; the
+	// first signs). Unset: items carry media IDs only.
+	URLKeys []urlsign.Key
+	// URLTTL is how long those URLs are valid; default DefaultURLTTL.
+	URLTTL time.Duration
 }
 
 // Deps are the service's dependencies.
@@ -85,6 +92,10 @@ type Deps struct {
 	Rand *rand.Rand
 	// Logger; default the node's.
 	Logger *slog.Logger
+	// Media, when set, is asked who owns the media of a post (Publish
+	// refuses another user's) and what kind it is; UploadMedia asks the
+	// upload fronts. Nil: media are not checked (in-process tests).
+	Media MediaLookup
 }
 
 // Server implements willowv1.TimelineServer and runs the release loop.
@@ -96,6 +107,9 @@ type Server struct {
 	now  func() time.Time
 	log  *slog.Logger
 	m    *metrics
+
+	media MediaLookup
+	keys  *urlsign.Keyring // nil: Poll signs no URLs
 
 	randMu sync.Mutex // guards rnd
 	rnd    *rand.Rand
@@ -118,7 +132,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, errors.New("timeline: Node and Redis are required")
 	}
 	if cfg.MaxInbox < 0 || cfg.ReleaseBatch < 0 || cfg.FanoutBatch < 0 ||
-		cfg.IdleInterval < 0 || cfg.RefreshInterval < 0 || cfg.RedisTimeout < 0 {
+		cfg.IdleInterval < 0 || cfg.RefreshInterval < 0 || cfg.RedisTimeout < 0 || cfg.URLTTL < 0 {
 		return nil, errors.New("timeline: negative setting in Config")
 	}
 	if cfg.KeyPrefix == "" {
@@ -142,6 +156,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RedisTimeout == 0 {
 		cfg.RedisTimeout = DefaultRedisTimeout
 	}
+	if cfg.URLTTL == 0 {
+		cfg.URLTTL = DefaultURLTTL
+	}
+	keys, err := newKeys(cfg.URLKeys)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:  cfg,
 		node: deps.Node,
@@ -150,6 +171,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		log:  deps.Logger,
 		rnd:  deps.Rand,
 		wake: make(chan struct{}, 1),
+
+		media: deps.Media,
+		keys:  keys,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -229,6 +253,10 @@ func status(err error) error {
 
 // Follow makes req.Follower follow req.Author. Idempotent.
 func (s *Server) Follow(ctx context.Context, req *willowv1.FollowRequest) (*willowv1.FollowResponse, error) {
+	req, err := actAsFollower(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.checkFollow(req); err != nil {
 		return nil, status(err)
 	}
@@ -240,6 +268,10 @@ func (s *Server) Follow(ctx context.Context, req *willowv1.FollowRequest) (*will
 
 // Unfollow undoes Follow. Idempotent; items already delivered or held stay.
 func (s *Server) Unfollow(ctx context.Context, req *willowv1.FollowRequest) (*willowv1.FollowResponse, error) {
+	req, err := actAsFollower(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.checkFollow(req); err != nil {
 		return nil, status(err)
 	}
@@ -247,6 +279,16 @@ func (s *Server) Unfollow(ctx context.Context, req *willowv1.FollowRequest) (*wi
 		return nil, status(fmt.Errorf("timeline: unfollow: %w", err))
 	}
 	return &willowv1.FollowResponse{}, nil
+}
+
+// actAsFollower checks that the caller may act for req.Follower (a client
+// only for itself) and fills it in when empty.
+func actAsFollower(ctx context.Context, req *willowv1.FollowRequest) (*willowv1.FollowRequest, error) {
+	f, err := auth.ActAs(ctx, req.GetFollower())
+	if err != nil {
+		return nil, err
+	}
+	return &willowv1.FollowRequest{Follower: f, Author: req.GetAuthor()}, nil
 }
 
 func (s *Server) checkFollow(req *willowv1.FollowRequest) error {
@@ -267,14 +309,28 @@ func (s *Server) checkFollow(req *willowv1.FollowRequest) error {
 // idempotent per (author, post ID): a repeat returns the first outcome.
 // Delivered counts the author's own inbox.
 func (s *Server) Publish(ctx context.Context, req *willowv1.PublishRequest) (*willowv1.PublishResponse, error) {
-	d, h, err := s.publish(ctx, req.GetAuthor(), req.GetPostId(), req.GetMediaIds())
+	author, err := auth.ActAs(ctx, req.GetAuthor())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("author", author); err != nil {
+		return nil, status(err)
+	}
+	if len(req.GetMediaIds()) > MaxMedia {
+		return nil, status(fmt.Errorf("%w: more than %d media IDs", ErrBadRequest, MaxMedia))
+	}
+	kinds, err := s.checkMedia(ctx, author, req.GetMediaIds())
+	if err != nil {
+		return nil, err
+	}
+	d, h, err := s.publish(ctx, author, req.GetPostId(), req.GetMediaIds(), kinds)
 	if err != nil {
 		return nil, status(err)
 	}
 	return &willowv1.PublishResponse{Delivered: int32(d), Held: int32(h)}, nil
 }
 
-func (s *Server) publish(ctx context.Context, author, post string, media []string) (delivered, held int, err error) {
+func (s *Server) publish(ctx context.Context, author, post string, media, kinds []string) (delivered, held int, err error) {
 	if err := checkID("author", author); err != nil {
 		return 0, 0, err
 	}
@@ -295,11 +351,16 @@ func (s *Server) publish(ctx context.Context, author, post string, media []strin
 	if err != nil {
 		return 0, 0, fmt.Errorf("timeline: publish: %w", err)
 	}
+	kj, err := json.Marshal(kinds)
+	if err != nil {
+		return 0, 0, fmt.Errorf("timeline: publish: %w", err)
+	}
 	// Create the post record once; a repeat keeps the first media and time.
 	var got *redis.SliceCmd
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSetNX(ctx, pk, "t", s.now().UnixMilli())
 		p.HSetNX(ctx, pk, "m", string(mj))
+		p.HSetNX(ctx, pk, "k", string(kj))
 		got = p.HMGet(ctx, pk, "t", "done", "d", "h")
 		return nil
 	}); err != nil {
@@ -381,7 +442,11 @@ func asString(v any) string {
 // in delivery order, and the cursor to pass next time (the same cursor
 // when there is nothing new). An empty cursor starts from the beginning.
 func (s *Server) Poll(ctx context.Context, req *willowv1.PollRequest) (*willowv1.PollResponse, error) {
-	items, cur, err := s.poll(ctx, req.GetUser(), req.GetCursor(), int(req.GetLimit()))
+	user, err := auth.ActAs(ctx, req.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	items, cur, err := s.poll(ctx, user, req.GetCursor(), int(req.GetLimit()))
 	if err != nil {
 		return nil, status(err)
 	}
@@ -416,7 +481,7 @@ func (s *Server) poll(ctx context.Context, user, cursor string, limit int) ([]*w
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(zs))
 	for i, z := range zs {
-		cmds[i] = pipe.HMGet(ctx, s.key("p:", z.Member.(string)), "t", "m")
+		cmds[i] = pipe.HMGet(ctx, s.key("p:", z.Member.(string)), "t", "m", "k")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, "", fmt.Errorf("timeline: poll %s: posts: %w", user, err)
@@ -433,6 +498,11 @@ func (s *Server) poll(ctx context.Context, user, cursor string, limit int) ([]*w
 		if m := asString(v[1]); m != "" {
 			_ = json.Unmarshal([]byte(m), &it.MediaIds)
 		}
+		var kinds []string
+		if k := asString(v[2]); k != "" {
+			_ = json.Unmarshal([]byte(k), &kinds)
+		}
+		it.Media = s.links(user, it.MediaIds, kinds)
 		items = append(items, it)
 	}
 	return items, strconv.FormatInt(int64(zs[len(zs)-1].Score), 10), nil

@@ -40,6 +40,11 @@ const (
 // empty.
 var DefaultBusinesses = []string{"moments", "comment", "avatar", "prefetch"}
 
+// DefaultPublicDownloads are the businesses among DefaultBusinesses whose
+// downloads are public: an edge serves them without a signed URL. Every
+// other business's downloads are signed (edgecache.Config.URLKeys).
+var DefaultPublicDownloads = []string{"avatar"}
+
 // Config configures a Server. Zero values mean the documented default.
 type Config struct {
 	// Secret is the upload-token HMAC secret; required.

@@ -22,6 +22,7 @@ import (
 	"willow/cmd/internal/daemon"
 	"willow/edgecache"
 	"willow/node"
+	"willow/upload"
 	"willow/urlsign"
 )
 
@@ -107,6 +108,12 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		deps.Router = r
 	}
 	ec := fc.EdgeCache
+	if ec.PublicBusinesses == nil {
+		ec.PublicBusinesses = upload.DefaultPublicDownloads
+	}
+	if len(ec.URLKeys) == 0 {
+		log.Warn("no url_keys: downloads are not signed, every media item is served to anyone (development only)")
+	}
 	s, err := edgecache.New(edgecache.Config{
 		CapacityBytes: ec.CapacityBytes, DiskDir: ec.DiskDir, DiskCapacityBytes: ec.DiskCapacityBytes,
 		HTTPAddr: ec.HTTP, VirtualNodes: ec.VirtualNodes, URLKeys: ec.URLKeys, PublicBusinesses: ec.PublicBusinesses,

@@ -17,10 +17,12 @@ import (
 	"os"
 	"time"
 
+	"willow/client"
 	"willow/cmd/internal/daemon"
 	"willow/node"
 	"willow/redisconn"
 	"willow/timeline"
+	"willow/urlsign"
 )
 
 func main() { daemon.Main("timeline", NewMain().Run) }
@@ -48,6 +50,8 @@ type FileConfig struct {
 		IdleInterval    time.Duration `yaml:"idle_interval"`
 		RefreshInterval time.Duration `yaml:"refresh_interval"`
 		RedisTimeout    time.Duration `yaml:"redis_timeout"`
+		URLKeys         []urlsign.Key `yaml:"url_keys"`
+		URLTTL          time.Duration `yaml:"url_ttl"`
 	} `yaml:"timeline"`
 }
 
@@ -93,10 +97,21 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	tc := fc.Timeline
+	deps := timeline.Deps{Node: n, Redis: rdb, Logger: log}
+	if fc.Node.Master != "" {
+		// Publish checks media owners on the upload fronts.
+		r, err := client.NewRouter(client.RouterConfig{TLS: ncfg.ClientTLS, MasterAddr: fc.Node.Master, Region: fc.Node.Region})
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		deps.Media = timeline.UploadMedia{Router: r}
+	}
 	srv, err = timeline.New(timeline.Config{
 		KeyPrefix: tc.KeyPrefix, MaxInbox: tc.MaxInbox, ReleaseBatch: tc.ReleaseBatch, FanoutBatch: tc.FanoutBatch,
 		IdleInterval: tc.IdleInterval, RefreshInterval: tc.RefreshInterval, RedisTimeout: tc.RedisTimeout,
-	}, timeline.Deps{Node: n, Redis: rdb, Logger: log})
+		URLKeys: tc.URLKeys, URLTTL: tc.URLTTL,
+	}, deps)
 	if err != nil {
 		return err
 	}

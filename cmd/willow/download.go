@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"willow/client"
+	willowv1 "willow/proto/willow/v1"
 )
 
 // cmdDownload downloads one variant of a media item to a file.
@@ -32,9 +35,20 @@ func cmdDownload(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	defer c.Router.Close()
+	if c.URLKeys, err = g.urlKeys(); err != nil {
+		return err
+	}
 	ctx = client.WithRequest(ctx, *business, *user)
+	// A signed URL (willow url, the timeline's Poll) carries its own
+	// signature; a media ID is signed here with the cluster's URL keys.
+	download := func(w io.Writer) (*willowv1.DataChunk, error) {
+		if strings.Contains(pos[0], "/m/") {
+			return c.DownloadURL(ctx, pos[0], w)
+		}
+		return c.Download(ctx, pos[0], *variant, w)
+	}
 	if *out == "-" {
-		_, err := c.Download(ctx, pos[0], *variant, m.Stdout)
+		_, err := download(m.Stdout)
 		return err
 	}
 	// Write to a temporary file and rename, so a failed download leaves
@@ -44,7 +58,7 @@ func cmdDownload(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	head, err := c.Download(ctx, pos[0], *variant, tmp)
+	head, err := download(tmp)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

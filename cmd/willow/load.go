@@ -13,6 +13,7 @@ import (
 	"willow/loadgen"
 	willowv1 "willow/proto/willow/v1"
 	"willow/token"
+	"willow/urlsign"
 )
 
 // cmdLoad runs a load profile: willow load run PROFILE --report DIR.
@@ -104,6 +105,7 @@ func lostError(reps ...*loadgen.Report) error {
 // embedded one-box cluster in dir.
 func loadTarget(ctx context.Context, m *Main, g *globals, embedded bool, dir, region string) (loadgen.Target, func(), error) {
 	masterAddr, oncall, secret := "", "", ""
+	var urlKeys []urlsign.Key
 	closeFn := func() {}
 	if embedded {
 		logf, err := openLog(dir)
@@ -116,13 +118,16 @@ func loadTarget(ctx context.Context, m *Main, g *globals, embedded bool, dir, re
 			return loadgen.Target{}, nil, err
 		}
 		closeFn = func() { c.Close(); logf.Close() }
-		masterAddr, oncall, secret = c.File.Master, c.File.OncallToken, c.File.UploadSecret
+		masterAddr, oncall, secret, urlKeys = c.File.Master, c.File.OncallToken, c.File.UploadSecret, c.File.URLKeys
 	} else {
 		var err error
 		if masterAddr, err = g.masterAddr(); err != nil {
 			return loadgen.Target{}, nil, err
 		}
 		oncall, secret = g.oncallToken(), g.uploadSecret()
+		if g.file != nil {
+			urlKeys = g.file.URLKeys
+		}
 		if secret == "" {
 			return loadgen.Target{}, nil, usagef("uploads need the cluster's upload secret: --cluster FILE or WILLOW_UPLOAD_SECRET")
 		}
@@ -145,6 +150,12 @@ func loadTarget(ctx context.Context, m *Main, g *globals, embedded bool, dir, re
 	cl := &client.Client{Router: router, CallTimeout: time.Minute, Token: func(u, b string) (string, error) {
 		return token.Sign([]byte(secret), u, b, time.Now().Add(time.Hour))
 	}}
+	if len(urlKeys) > 0 {
+		if cl.URLKeys, err = urlsign.New(urlKeys); err != nil {
+			closeFn()
+			return loadgen.Target{}, nil, err
+		}
+	}
 	tgt := loadgen.Target{Client: cl, Master: willowv1.NewMasterClient(mconn), OncallToken: oncall, Conn: router.Conn}
 	return tgt, func() { router.Close(); closeFn() }, nil
 }

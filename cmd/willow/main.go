@@ -49,7 +49,8 @@ func commands() map[string]command {
 	return map[string]command{
 		"up":       {cmdUp, "up [--dir DIR] [--redis URL]: run the one-box cluster"},
 		"upload":   {cmdUpload, "upload [--upload-id ID] [--user U] [--business B] FILE...: upload media"},
-		"download": {cmdDownload, "download ID [--variant V] -o FILE: download a variant"},
+		"download": {cmdDownload, "download ID|SIGNED_URL [--variant V] -o FILE: download a variant"},
+		"url":      {cmdURL, "url ID [--variant V] [--for D] [--edge ADDR] [--user U]: print a signed download URL"},
 		"token":    {cmdToken, "token --user U --business B: print an upload token"},
 		"nodes":    {cmdNodes, "nodes [--json]: list nodes and their state"},
 		"flex":     {cmdFlex, "flex status|set LEVEL|knob NAME=VALUE...|history|rollback: on-call flex control"},

@@ -5,6 +5,7 @@
 #   DIR/logs/N.log  one log per process N
 #   DIR/run/N.pid   its pid; DIR/run/N.cmd its command line (restart.sh)
 #   DIR/run/N.meta  "role region addr" of the process (cluster.json nodes)
+#   DIR/run/url-key "ID SECRET" of the download URL key; edgecache.yaml
 #   DIR/data/       redis, S3 (versitygw posix), staging and buffer pools
 #   DIR/cluster.json
 
@@ -81,7 +82,8 @@ start() {
 
 # write_cluster_json: DIR/cluster.json from the meta and pid files.
 write_cluster_json() {
-	local masters console nodes="" first=1 f name role region addr pid
+	local masters console nodes="" first=1 f name role region addr pid url_id url_secret
+	read -r url_id url_secret <"$DIR/run/url-key"
 	masters=$(printf '%s:'"$BASE"',' "${MASTER_IPS[@]}")
 	masters=${masters%,}
 	console="${MASTER_IPS[0]}:$((BASE + 2))"
@@ -106,6 +108,7 @@ write_cluster_json() {
   "timeline": "$TIMELINE_IP:$BASE",
   "oncall_token": "$ONCALL_TOKEN",
   "upload_secret": "$UPLOAD_SECRET",
+  "url_keys": [{"id": "$url_id", "secret": "$url_secret"}],
   "regions": {
     $(region_json a 1),
     $(region_json b 2)

@@ -64,6 +64,25 @@ S3=(-s3-endpoint "$S3_IP:$S3_PORT" -s3-bucket "$S3_BUCKET" -s3-access-key "$S3_A
 MASTERS=$(printf '%s:'"$BASE"',' "${MASTER_IPS[@]}")
 MASTERS=${MASTERS%,}
 
+# The download URL key (signs and verifies URLs; cluster.json carries it
+# for the CLI). WILLOW_LOCAL_URL_KEY pins the secret.
+URL_KEY_ID=local-1
+URL_KEY_SECRET=${WILLOW_LOCAL_URL_KEY:-$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')}
+(
+	umask 077
+	echo "$URL_KEY_ID $URL_KEY_SECRET" >"$DIR/run/url-key"
+	cat >"$DIR/run/edgecache.yaml" <<YAML
+edgecache:
+  url_keys:
+    - {id: $URL_KEY_ID, secret: "$URL_KEY_SECRET"}
+YAML
+	cat >"$DIR/run/timeline.yaml" <<YAML
+timeline:
+  url_keys:
+    - {id: $URL_KEY_ID, secret: "$URL_KEY_SECRET"}
+YAML
+)
+
 # Masters: a quicker dead-node judgement than the defaults (2 s without a
 # heartbeat, probes every 500 ms) so a killed process leaves within 3 s.
 cat >"$DIR/run/master.yaml" <<YAML
@@ -84,7 +103,7 @@ for ip in "${MASTER_IPS[@]}"; do
 	wait_tcp "$ip" "$BASE" 20 || die "master on $ip did not start (see $DIR/logs)"
 done
 
-start timeline-1 timeline a "$TIMELINE_IP:$BASE" "$BIN/timeline" -id timeline-1 -region a \
+start timeline-1 timeline a "$TIMELINE_IP:$BASE" "$BIN/timeline" -config "$DIR/run/timeline.yaml" -id timeline-1 -region a \
 	-grpc "$TIMELINE_IP:$BASE" -admin "$TIMELINE_IP:$((BASE + 1))" -master "$MASTERS" -redis "$REDIS_URL"
 
 for r in a b; do
@@ -102,7 +121,7 @@ for r in a b; do
 			-commit-wait "${WILLOW_LOCAL_COMMIT_WAIT:-2s}" -secret "$UPLOAD_SECRET" -staging "$DIR/data/upload-$r-$k/staging" -pool-dir "$DIR/data/upload-$r-$k/pools" \
 			"${S3[@]}"
 		ip=127.0.$net.$((20 + k))
-		start "edgecache-$r-$k" edgecache "$r" "$ip:$BASE" "$BIN/edgecache" -id "edgecache-$r-$k" -region "$r" \
+		start "edgecache-$r-$k" edgecache "$r" "$ip:$BASE" "$BIN/edgecache" -config "$DIR/run/edgecache.yaml" -id "edgecache-$r-$k" -region "$r" \
 			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -http "$ip:$((BASE + 2))" -master "$MASTERS" \
 			-capacity $((64 << 20)) "${S3[@]}"
 	done
