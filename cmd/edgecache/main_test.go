@@ -29,6 +29,10 @@ func TestRunServesFromConfigAndFlags(t *testing.T) {
 	if err := st.Put(context.Background(), media.VariantKey(id.Key, media.VariantPoster), bytes.NewReader(data), int64(len(data)), "image/jpeg"); err != nil {
 		t.Fatal(err)
 	}
+	rec := []byte(`{"business": "moments"}`)
+	if err := st.Put(context.Background(), media.RecordKey(id.Key), bytes.NewReader(rec), int64(len(rec)), "application/json"); err != nil {
+		t.Fatal(err)
+	}
 	cfg := filepath.Join(dir, "edge.yaml")
 	yaml := "node:\n  id: edge-b-7\n  region: b\nedgecache:\n  capacity_bytes: 1048576\n  disk_dir: " + filepath.Join(dir, "disk") + "\n  url_keys: [{id: k1, secret: 0123456789abcdef0123}]\nstore:\n  dir: /nonexistent-overridden\n"
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
