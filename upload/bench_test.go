@@ -67,6 +67,9 @@ func BenchmarkUpload(b *testing.B) {
 		b.Fatal(err)
 	}
 	willowv1.RegisterUploadServer(en.Server(), echoUpload{})
+	if err := en.Guard().Declare(upload.Methods()); err != nil {
+		b.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go en.Run(ctx)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"willow/buffer"
+	"willow/compress"
 	"willow/media"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
@@ -163,6 +164,9 @@ func newFrontB(tb testing.TB, o frontOpts) *front {
 		tb.Fatal(err)
 	}
 	willowv1.RegisterCompressServer(cn.Server(), f.compress)
+	if err := cn.Guard().Declare(compress.Methods()); err != nil {
+		tb.Fatal(err)
+	}
 	un, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", Logger: quiet})
 	if err != nil {
 		tb.Fatal(err)
