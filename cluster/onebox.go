@@ -375,6 +375,17 @@ func (c *Cluster) waitReady(ctx context.Context, masterAddr string) error {
 	}
 }
 
+// Node returns the cluster's node with that ID (e.g. "upload-a-1"), or
+// nil; tests read its metrics registry.
+func (c *Cluster) Node(id string) *node.Node {
+	for _, n := range c.nodes {
+		if n.Config().ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
 // Failed is closed when a component stops with an error; Err says which.
 func (c *Cluster) Failed() <-chan struct{} { return c.failed }
 

@@ -56,4 +56,21 @@ for bin in "${!GO_TOOLS[@]}"; do
     GOFLAGS= go install "${GO_TOOLS[$bin]}"
   fi
 done
+# Node.js and npm for the stock upload clients tested in web/ (Debian's
+# nodejs, or any Node >= 18 already installed).
+if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+  echo "setup: installing nodejs and npm"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+# tus-js-client, pinned by web/package-lock.json, into web/node_modules
+# (npm ci: exactly the locked versions); redone only when the lock changes.
+WEB="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/web"
+LOCK_SUM=$(sha256sum "$WEB/package-lock.json" | cut -d' ' -f1)
+if [[ "$(cat "$WEB/node_modules/.willow-lock" 2>/dev/null)" != "$LOCK_SUM" ]]; then
+  echo "setup: npm ci in web/ (tus-js-client)"
+  (cd "$WEB" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$LOCK_SUM" >"$WEB/node_modules/.willow-lock"
+fi
 echo "setup: ok"

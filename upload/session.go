@@ -178,6 +178,14 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 	if err != nil {
 		return SessionState{}, errInternal(err)
 	}
+	if st != nil && st.Committed() == nil && s.now().After(st.meta.Created.Add(s.cfg.StagingTTL)) {
+		// Abandoned past its TTL: start over rather than resume bytes the
+		// staging GC is about to remove.
+		unlock := s.lock(key)
+		s.forgetLocked(key, st.meta.UploadID)
+		unlock()
+		st = nil
+	}
 	if st != nil {
 		if st.Committed() == nil && (st.meta.Size != p.Size || st.meta.SHA256 != sum || st.meta.Kind != int32(p.Kind)) {
 			return SessionState{}, invalid("upload_conflict", "upload %s was begun with another size, kind or sha256", p.UploadID)
