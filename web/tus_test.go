@@ -47,7 +47,7 @@ func TestTusJSUploadThenEdges(t *testing.T) {
 	path, raw := photo(t, "mate_LadyBird.jpg")
 	opt := map[string]any{
 		"file": path, "endpoint": c.File.Regions["a"].UploadHTTP, "token": sign(t, c, "tusjs", "moments"),
-		"metadata": map[string]string{"filename": "mate_LadyBird.jpg", "filetype": "image/jpeg", "business": "moments", "upload_id": "tusjs-edges-1"},
+		"metadata":  map[string]string{"filename": "mate_LadyBird.jpg", "filetype": "image/jpeg", "business": "moments", "upload_id": "tusjs-edges-1"},
 		"chunkSize": 256 << 10,
 	}
 	es := tusJS(t, opt)
@@ -160,7 +160,7 @@ func TestTusJSShed(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the shedder re-reads knobs at most every KnobRefresh
 	es := tusJS(t, map[string]any{
 		"file": path, "endpoint": c.File.Regions["a"].UploadHTTP, "token": sign(t, c, "tusjs", "comment"),
-		"metadata": map[string]string{"filetype": "image/jpeg", "business": "comment", "upload_id": "tusjs-shed-1"},
+		"metadata":    map[string]string{"filetype": "image/jpeg", "business": "comment", "upload_id": "tusjs-shed-1"},
 		"retryDelays": []int{},
 	})
 	e, found := es.last("error")
