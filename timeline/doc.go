@@ -4,24 +4,33 @@
 // knob is up (so their apps fetch no new media), and releases the backlog
 // at a capped, cluster-wide rate when the ratio comes down.
 //
-// Data model (all keys under Config.KeyPrefix, default "willow:tl:"):
+// Data model (all keys under Config.KeyPrefix, default "willow:tl:"; {…}
+// is a Redis Cluster hash tag; USER is escaped in tags, '{' as %7B):
 //
 //	f:AUTHOR          set     followers of AUTHOR
 //	p:AUTHOR POST     hash    the post: media IDs, posted-at, publish outcome
-//	in:USER           zset    USER's inbox; member "AUTHOR POST", score = delivery sequence
-//	h:USER            zset    USER's held items, score = hold sequence (publish order)
-//	seq               string  the global delivery sequence
-//	hu                zset    held users, score = the user's stable hash in [0,1)
-//	ha                zset    held users, score = posted-at (ms) of their oldest held item
-//	hc, rel           string  held item count, released item count
-//	rl                hash    the cluster-wide release token bucket
+//	in:{USER}         zset    USER's inbox; member "AUTHOR POST", score = delivery sequence
+//	h:{USER}          zset    USER's held items, score = hold sequence (publish order)
+//	{PREFIX}hu        zset    held users, score = the user's stable hash in [0,1)
+//	{PREFIX}ha        zset    held users, score = posted-at (ms) of their oldest held item
+//	{PREFIX}hc, rel   string  held item count, released item count
+//	{PREFIX}rl        hash    the cluster-wide release token bucket
+//
+// One user's inbox and held set share a slot; the shared keys share
+// another. The Redis may be one server or a Redis Cluster (Deps.Redis):
+// the scripts only touch keys of one slot. Publishing runs one script per
+// slot's followers, all pipelined, then indexes the users now holding
+// the post; a release step takes tokens and picks users (one script on
+// the shared keys), moves their items (one script per slot, pipelined),
+// then updates the index and gives back unused tokens.
 //
 // Guarantees:
 //   - Poll returns a user's items in delivery order with an exact cursor:
 //     every item gets a fresh sequence number when it becomes visible (on
-//     delivery or on release), in the same Lua script that makes it
-//     visible, so an item released later is never "in the past" of a
-//     cursor: nothing is skipped and nothing is returned twice.
+//     delivery or on release), one more than the inbox's newest, in the
+//     same Lua script that makes it visible, so an item released later is
+//     never "in the past" of a cursor: nothing is skipped and nothing is
+//     returned twice.
 //   - Publish is idempotent per (author, post ID): a retry, or a concurrent
 //     duplicate, yields one item per inbox; the first publish's media and
 //     time win.
@@ -31,15 +40,22 @@
 //   - A user's items become visible in publish order: while a user has
 //     held items, new items queue behind them even if the user is no
 //     longer delayed.
-//   - Release moves items from held to inbox in one Lua script per batch,
-//     so concurrent publishing and releasing never lose or duplicate an
-//     item; the rate is capped by a token bucket in Redis (refilled from
-//     Redis's own clock), so any number of timeline services together move
-//     at most timeline_release_per_s items per second (a burst of at most
-//     1/10 s worth after idling). 0 pauses the release. All release state lives in
-//     Redis: a restarted service simply continues.
-//   - The scripts touch keys they compute, so the Redis must be a single
-//     instance (or a primary with replicas), not Redis Cluster.
+//   - Release moves a user's items from held to inbox in one Lua script
+//     per slot's batch, so concurrent publishing and releasing never lose
+//     or duplicate an item; the rate is capped by a token bucket in Redis
+//     (refilled from Redis's own clock; a step takes its budget up front
+//     and gives back what it did not move), so any number of timeline
+//     services together move at most timeline_release_per_s items per
+//     second (a burst of at most 1/10 s worth after idling). 0 pauses the
+//     release. All release state lives in Redis: a restarted service
+//     simply continues.
+//   - Every user with held items is in the held index: publishing indexes
+//     after holding, and a release that empties a user's held set drops
+//     the user and then looks at the set again (a publish in between is
+//     put back). A publish that fails midway returns an error; retrying
+//     it (publish is idempotent) indexes what it held. The held count is
+//     a counter beside the sets: a publish that dies between its two
+//     steps leaves it short by what it held.
 //
 // Errors: RPCs return INVALID_ARGUMENT with reason bad_request (empty or
 // malformed IDs) or bad_cursor, and UNAVAILABLE with reason redis when

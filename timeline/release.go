@@ -64,23 +64,182 @@ func (s *Server) releaseStep(ctx context.Context) (releaseResult, error) {
 	s.randMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
 	defer cancel()
-	res, err := releaseScript.Run(ctx, s.rdb, nil, s.cfg.KeyPrefix,
+	res, err := takeScript.Run(ctx, s.rdb, []string{s.rk.heldUnits(), s.rk.bucket()},
 		fmtFloat(ratio), fmtFloat(start), s.cfg.ReleaseBatch, fmtFloat(rate), fmtFloat(burst),
-		fmtFloat(need), s.cfg.MaxInbox).Int64Slice()
+		fmtFloat(need)).Slice()
 	if err != nil {
 		return releaseResult{}, fmt.Errorf("timeline: release: %w", err)
 	}
-	out := releaseResult{moved: int(res[0]), eligible: res[2] == 1}
-	switch {
-	case res[1] < 0:
-		out.paused = true
-	case res[1] > 0:
-		out.wait = time.Duration(res[1]) * time.Millisecond
+	if len(res) < 3 {
+		return releaseResult{}, fmt.Errorf("timeline: release: %d values from the take script", len(res))
 	}
-	if out.moved > 0 {
-		s.m.released.Add(float64(out.moved))
+	budget, _ := res[0].(int64)
+	wait, _ := res[1].(int64)
+	eligible, _ := res[2].(int64)
+	out := releaseResult{eligible: eligible == 1}
+	switch {
+	case wait < 0:
+		out.paused = true
+	case wait > 0:
+		out.wait = time.Duration(wait) * time.Millisecond
+	}
+	users := make([]string, 0, len(res)-3)
+	for _, v := range res[3:] {
+		if u, ok := v.(string); ok {
+			users = append(users, u)
+		}
+	}
+	if budget <= 0 {
+		return out, nil
+	}
+	moved, err := s.move(ctx, users, int(budget))
+	if err != nil {
+		return out, fmt.Errorf("timeline: release: %w", err)
+	}
+	out.moved = moved
+	if moved > 0 {
+		s.m.released.Add(float64(moved))
 	}
 	return out, nil
+}
+
+// move releases up to budget held items of users (the budget split
+// evenly among them): one moveScript per slot's users, pipelined; then it
+// updates the shared index and counters and gives back the tokens not
+// used.
+func (s *Server) move(ctx context.Context, users []string, budget int) (int, error) {
+	var calls []scriptCall
+	var who [][]int
+	if len(users) > 0 {
+		quota := func(i int) int { // budget / n, the remainder to the first
+			q := budget / len(users)
+			if i < budget%len(users) {
+				q++
+			}
+			return q
+		}
+		for _, idx := range s.bySlot(len(users), func(i int) string { return users[i] }) {
+			for len(idx) > 0 {
+				n := min(len(idx), s.cfg.FanoutBatch)
+				chunk := idx[:n]
+				idx = idx[n:]
+				c := scriptCall{keys: make([]string, 0, 2*n), args: make([]any, 0, 1+n)}
+				c.args = append(c.args, s.cfg.MaxInbox)
+				for _, i := range chunk {
+					c.keys = append(c.keys, s.rk.inbox(users[i]), s.rk.held(users[i]))
+					c.args = append(c.args, quota(i))
+				}
+				calls = append(calls, c)
+				who = append(who, chunk)
+			}
+		}
+	}
+	cmds, err := s.runScripts(ctx, moveScript, calls)
+	if err != nil {
+		return 0, err
+	}
+	moved := 0
+	var emptied []any    // users whose held set is now empty
+	var heads []string   // the oldest held ref of the others
+	var waiting []string // ... and those users
+	for c, cmd := range cmds {
+		vals, err := cmd.Slice()
+		if err != nil || len(vals) != 3*len(who[c]) {
+			return 0, fmt.Errorf("move script: %d values for %d users: %v", len(vals), len(who[c]), err)
+		}
+		for j, i := range who[c] {
+			m, _ := vals[3*j].(int64)
+			left, _ := vals[3*j+1].(int64)
+			head, _ := vals[3*j+2].(string)
+			moved += int(m)
+			if left == 0 {
+				emptied = append(emptied, users[i])
+			} else {
+				heads = append(heads, head)
+				waiting = append(waiting, users[i])
+			}
+		}
+	}
+	// The posted-at of each remaining head, for the oldest-held gauge.
+	ats := make([]*redis.StringCmd, len(heads))
+	if len(heads) > 0 {
+		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, h := range heads {
+				ats[i] = p.HGet(ctx, s.rk.post(h), "t")
+			}
+			return nil
+		}); err != nil && !errors.Is(err, redis.Nil) {
+			return moved, fmt.Errorf("held heads: %w", err)
+		}
+	}
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if left := budget - moved; left > 0 {
+			p.HIncrByFloat(ctx, s.rk.bucket(), "tokens", float64(left))
+		}
+		if moved > 0 {
+			p.DecrBy(ctx, s.rk.heldCount(), int64(moved))
+			p.IncrBy(ctx, s.rk.released(), int64(moved))
+		}
+		if len(emptied) > 0 {
+			p.ZRem(ctx, s.rk.heldUnits(), emptied...)
+			p.ZRem(ctx, s.rk.heldAges(), emptied...)
+		}
+		if len(waiting) > 0 {
+			zs := make([]redis.Z, len(waiting))
+			for i, u := range waiting {
+				at, err := ats[i].Int64()
+				if err != nil {
+					at = s.now().UnixMilli()
+				}
+				zs[i] = redis.Z{Score: float64(at), Member: u}
+			}
+			p.ZAdd(ctx, s.rk.heldAges(), zs...)
+		}
+		return nil
+	}); err != nil {
+		return moved, fmt.Errorf("held index: %w", err)
+	}
+	if len(emptied) > 0 {
+		if err := s.reindex(ctx, emptied); err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
+}
+
+// reindex looks again at the held sets of users just dropped from the
+// held index, and puts back those a concurrent publish held a post for
+// in between (deliver writes the held set before the index).
+func (s *Server) reindex(ctx context.Context, users []any) error {
+	exists := make([]*redis.IntCmd, len(users))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, u := range users {
+			exists[i] = p.Exists(ctx, s.rk.held(u.(string)))
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("held recheck: %w", err)
+	}
+	var units, ages []redis.Z
+	now := float64(s.now().UnixMilli())
+	for i, u := range users {
+		if exists[i].Val() > 0 {
+			units = append(units, redis.Z{Score: HashUnit(u.(string)), Member: u})
+			ages = append(ages, redis.Z{Score: now, Member: u})
+		}
+	}
+	if len(units) == 0 {
+		return nil
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, s.rk.heldUnits(), units...)
+		p.ZAddLT(ctx, s.rk.heldAges(), ages...)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("held reindex: %w", err)
+	}
+	return nil
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
@@ -129,10 +288,10 @@ func (s *Server) readStats(ctx context.Context) (stats, error) {
 	var hu *redis.IntCmd
 	var ha *redis.ZSliceCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		hc = p.Get(ctx, s.key("hc"))
-		rel = p.Get(ctx, s.key("rel"))
-		hu = p.ZCard(ctx, s.key("hu"))
-		ha = p.ZRangeWithScores(ctx, s.key("ha"), 0, 0)
+		hc = p.Get(ctx, s.rk.heldCount())
+		rel = p.Get(ctx, s.rk.released())
+		hu = p.ZCard(ctx, s.rk.heldUnits())
+		ha = p.ZRangeWithScores(ctx, s.rk.heldAges(), 0, 0)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {

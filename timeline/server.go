@@ -22,6 +22,7 @@ import (
 	"willow/flex"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 	"willow/rpcstatus"
 	"willow/urlsign"
 )
@@ -51,7 +52,8 @@ var (
 
 // Config configures a timeline service. Zero values mean the default.
 type Config struct {
-	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix.
+	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix. It
+	// may not hold '{' or '}': the keys carry their own hash tags.
 	KeyPrefix string
 	// MaxInbox is the number of items kept per inbox (oldest dropped
 	// first); default DefaultMaxInbox.
@@ -59,8 +61,9 @@ type Config struct {
 	// ReleaseBatch is the most items one release step moves; default
 	// DefaultReleaseBatch.
 	ReleaseBatch int
-	// FanoutBatch is the number of followers handled per Redis script
-	// while publishing; default DefaultFanoutBatch.
+	// FanoutBatch is the most followers read per SSCAN page and handled
+	// per Redis script while publishing (on a Redis Cluster, a script
+	// takes the users of one slot); default DefaultFanoutBatch.
 	FanoutBatch int
 	// IdleInterval is how often the release loop looks for work when
 	// there is none (a knob change wakes it at once); default
@@ -83,9 +86,9 @@ type Config struct {
 type Deps struct {
 	// Node is the node runtime the service registers on; required.
 	Node *node.Node
-	// Redis holds all timeline state; required. A single instance, not
-	// Redis Cluster (see the package doc).
-	Redis redis.UniversalClient
+	// Redis holds all timeline state: one server or a Redis Cluster;
+	// required.
+	Redis Redis
 	// Now gives posted-at times and held ages; default time.Now.
 	Now func() time.Time
 	// Rand jitters the release loop; default a randomly seeded source.
@@ -103,10 +106,13 @@ type Server struct {
 	willowv1.UnimplementedTimelineServer
 	cfg  Config
 	node *node.Node
-	rdb  redis.UniversalClient
-	now  func() time.Time
-	log  *slog.Logger
-	m    *metrics
+	rdb  Redis
+	rk   redisKeys // the Redis key names
+	// cluster: group users by slot (a Redis Cluster), else all together.
+	cluster bool
+	now     func() time.Time
+	log     *slog.Logger
+	m       *metrics
 
 	media MediaLookup
 	keys  *urlsign.Keyring // nil: Poll signs no URLs
@@ -138,6 +144,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = DefaultKeyPrefix
 	}
+	rk, err := newRedisKeys(cfg.KeyPrefix)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.MaxInbox == 0 {
 		cfg.MaxInbox = DefaultMaxInbox
 	}
@@ -164,13 +174,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:  cfg,
-		node: deps.Node,
-		rdb:  deps.Redis,
-		now:  deps.Now,
-		log:  deps.Logger,
-		rnd:  deps.Rand,
-		wake: make(chan struct{}, 1),
+		cfg:     cfg,
+		node:    deps.Node,
+		rdb:     deps.Redis,
+		rk:      rk,
+		cluster: redisconn.IsCluster(deps.Redis),
+		now:     deps.Now,
+		log:     deps.Logger,
+		rnd:     deps.Rand,
+		wake:    make(chan struct{}, 1),
 
 		media: deps.Media,
 		keys:  keys,
@@ -203,14 +215,6 @@ func (s *Server) poke() {
 	case s.wake <- struct{}{}:
 	default:
 	}
-}
-
-func (s *Server) key(parts ...string) string {
-	k := s.cfg.KeyPrefix
-	for _, p := range parts {
-		k += p
-	}
-	return k
 }
 
 // ref is the inbox member naming a post; IDs contain no spaces.
@@ -260,7 +264,7 @@ func (s *Server) Follow(ctx context.Context, req *willowv1.FollowRequest) (*will
 	if err := s.checkFollow(req); err != nil {
 		return nil, status(err)
 	}
-	if err := s.rdb.SAdd(ctx, s.key("f:", req.GetAuthor()), req.GetFollower()).Err(); err != nil {
+	if err := s.rdb.SAdd(ctx, s.rk.followers(req.GetAuthor()), req.GetFollower()).Err(); err != nil {
 		return nil, status(fmt.Errorf("timeline: follow: %w", err))
 	}
 	return &willowv1.FollowResponse{}, nil
@@ -275,7 +279,7 @@ func (s *Server) Unfollow(ctx context.Context, req *willowv1.FollowRequest) (*wi
 	if err := s.checkFollow(req); err != nil {
 		return nil, status(err)
 	}
-	if err := s.rdb.SRem(ctx, s.key("f:", req.GetAuthor()), req.GetFollower()).Err(); err != nil {
+	if err := s.rdb.SRem(ctx, s.rk.followers(req.GetAuthor()), req.GetFollower()).Err(); err != nil {
 		return nil, status(fmt.Errorf("timeline: unfollow: %w", err))
 	}
 	return &willowv1.FollowResponse{}, nil
@@ -346,7 +350,7 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 		}
 	}
 	r := ref(author, post)
-	pk := s.key("p:", r)
+	pk := s.rk.post(r)
 	mj, err := json.Marshal(media)
 	if err != nil {
 		return 0, 0, fmt.Errorf("timeline: publish: %w", err)
@@ -374,26 +378,24 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 		return d, h, nil
 	}
 	ratio := s.node.Knobs().TimelineDelayRatio
-	const fixedArgs = 4 // publishScript's ARGV before the user triples
 	seen := map[string]bool{author: true}
-	batch := []any{s.cfg.KeyPrefix, r, posted, s.cfg.MaxInbox,
-		author, "a", HashUnit(author)}
+	batch := []target{{user: author, unit: HashUnit(author), mode: "a"}}
 	flush := func() error {
-		if len(batch) == fixedArgs {
+		if len(batch) == 0 {
 			return nil
 		}
-		res, err := publishScript.Run(ctx, s.rdb, nil, batch...).Int64Slice()
+		d, h, err := s.deliver(ctx, r, posted, batch)
 		if err != nil {
 			return fmt.Errorf("timeline: publish %s: %w", r, err)
 		}
-		delivered += int(res[0])
-		held += int(res[1])
-		batch = batch[:fixedArgs]
+		delivered += d
+		held += h
+		batch = batch[:0]
 		return nil
 	}
 	var cursor uint64
 	for {
-		users, next, err := s.rdb.SScan(ctx, s.key("f:", author), cursor, "", int64(s.cfg.FanoutBatch)).Result()
+		users, next, err := s.rdb.SScan(ctx, s.rk.followers(author), cursor, "", int64(s.cfg.FanoutBatch)).Result()
 		if err != nil {
 			return 0, 0, fmt.Errorf("timeline: publish %s: followers: %w", r, err)
 		}
@@ -402,13 +404,12 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 				continue
 			}
 			seen[u] = true
-			unit := HashUnit(u)
-			mode := "d"
-			if unit < ratio {
-				mode = "h"
+			t := target{user: u, unit: HashUnit(u), mode: "d"}
+			if t.unit < ratio {
+				t.mode = "h"
 			}
-			batch = append(batch, u, mode, unit)
-			if (len(batch)-fixedArgs)/3 >= s.cfg.FanoutBatch {
+			batch = append(batch, t)
+			if len(batch) >= s.cfg.FanoutBatch {
 				if err := flush(); err != nil {
 					return 0, 0, err
 				}
@@ -469,7 +470,7 @@ func (s *Server) poll(ctx context.Context, user, cursor string, limit int) ([]*w
 		limit = DefaultPollLimit
 	}
 	limit = min(limit, MaxPollLimit)
-	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, s.key("in:", user), &redis.ZRangeBy{
+	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, s.rk.inbox(user), &redis.ZRangeBy{
 		Min: "(" + strconv.FormatInt(after, 10), Max: "+inf", Count: int64(limit),
 	}).Result()
 	if err != nil {
@@ -478,12 +479,13 @@ func (s *Server) poll(ctx context.Context, user, cursor string, limit int) ([]*w
 	if len(zs) == 0 {
 		return nil, strconv.FormatInt(after, 10), nil
 	}
-	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(zs))
-	for i, z := range zs {
-		cmds[i] = pipe.HMGet(ctx, s.key("p:", z.Member.(string)), "t", "m", "k")
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, z := range zs {
+			cmds[i] = p.HMGet(ctx, s.rk.post(z.Member.(string)), "t", "m", "k")
+		}
+		return nil
+	}); err != nil {
 		return nil, "", fmt.Errorf("timeline: poll %s: posts: %w", user, err)
 	}
 	items := make([]*willowv1.TimelineItem, 0, len(zs))

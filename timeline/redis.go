@@ -1,0 +1,122 @@
+package timeline
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"willow/redisconn"
+)
+
+// Redis is the part of go-redis the timeline uses. *redis.Client (one
+// server) and *redis.ClusterClient (Redis Cluster) both satisfy it.
+type Redis interface {
+	redis.Scripter // the fan-out and release scripts
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	SAdd(ctx context.Context, key string, members ...any) *redis.IntCmd
+	SRem(ctx context.Context, key string, members ...any) *redis.IntCmd
+	SScan(ctx context.Context, key string, cursor uint64, match string, count int64) *redis.ScanCmd
+	HSet(ctx context.Context, key string, values ...any) *redis.IntCmd
+	ZRangeByScoreWithScores(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.ZSliceCmd
+}
+
+var (
+	_ Redis = (*redis.Client)(nil)
+	_ Redis = (*redis.ClusterClient)(nil)
+)
+
+// redisKeys names the timeline's Redis keys (see the package doc).
+type redisKeys struct {
+	prefix string // Config.KeyPrefix, without braces
+	global string // redisconn.OneSlot(prefix): the shared keys' hash tag
+}
+
+func newRedisKeys(prefix string) (redisKeys, error) {
+	if strings.ContainsAny(prefix, "{}") {
+		return redisKeys{}, fmt.Errorf("timeline: KeyPrefix %q holds a brace: the keys carry their own hash tags", prefix)
+	}
+	return redisKeys{prefix: prefix, global: redisconn.OneSlot(prefix)}, nil
+}
+
+// userTag escapes a user ID for a hash tag: '{', '}' and '%' become
+// %7B, %7D and %25, so every user has a tag of their own.
+func userTag(user string) string {
+	if !strings.ContainsAny(user, "{}%") {
+		return user
+	}
+	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(user)
+}
+
+// inbox and held are one user's keys: one hash tag, one cluster slot.
+func (k redisKeys) inbox(user string) string { return k.prefix + "in:{" + userTag(user) + "}" }
+func (k redisKeys) held(user string) string  { return k.prefix + "h:{" + userTag(user) + "}" }
+
+func (k redisKeys) followers(author string) string { return k.prefix + "f:" + author }
+func (k redisKeys) post(ref string) string         { return k.prefix + "p:" + ref }
+
+// Shared keys, all in one slot: the held index and counters, the bucket.
+func (k redisKeys) heldUnits() string { return k.global + "hu" }
+func (k redisKeys) heldAges() string  { return k.global + "ha" }
+func (k redisKeys) heldCount() string { return k.global + "hc" }
+func (k redisKeys) released() string  { return k.global + "rel" }
+func (k redisKeys) bucket() string    { return k.global + "rl" }
+
+// slotOf groups users whose keys may share one script: by cluster slot on
+// a Redis Cluster, all together on one server.
+func (s *Server) slotOf(user string) int {
+	if !s.cluster {
+		return 0
+	}
+	return redisconn.Slot(s.rk.inbox(user))
+}
+
+// scriptCall is one run of a script in a pipeline.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runScripts runs sc once per call in one pipeline (on a cluster, one
+// per master, in parallel) and returns the results in order. Calls that
+// find the script missing on their node (NOSCRIPT: a restarted or new
+// node) are sent again with the script's body.
+func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(calls))
+	send := func(idx []int, eval bool) error {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range idx {
+				if eval {
+					cmds[i] = sc.Eval(ctx, p, calls[i].keys, calls[i].args...)
+				} else {
+					cmds[i] = sc.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
+				}
+			}
+			return nil
+		})
+		return err
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	if err := send(all, false); err != nil {
+		var again []int
+		for i, c := range cmds {
+			if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+				again = append(again, i)
+			}
+		}
+		if len(again) > 0 {
+			_ = send(again, true)
+		}
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return cmds, nil
+}
