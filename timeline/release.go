@@ -193,7 +193,8 @@ func (s *Server) move(ctx context.Context, users []string, budget int) (int, err
 				}
 				zs[i] = redis.Z{Score: float64(at), Member: u}
 			}
-			p.ZAdd(ctx, s.rk.heldAges(), zs...)
+			// XX: a concurrent step may have emptied and dropped the user.
+			p.ZAddXX(ctx, s.rk.heldAges(), zs...)
 		}
 		return nil
 	}); err != nil {
