@@ -24,6 +24,7 @@ import (
 	"willow/cluster"
 	willowv1 "willow/proto/willow/v1"
 	"willow/token"
+	"willow/urlsign"
 )
 
 // stagingTTL is the shared cluster's staging TTL: the expiry test waits it
@@ -220,6 +221,9 @@ type cutProxy struct {
 	target string
 	cut    atomic.Int64
 	conns  atomic.Int64
+	// hold: a cut connection stays open this long after its last
+	// forwarded byte (answers still flow back), as a stalled network.
+	hold time.Duration
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -253,6 +257,7 @@ func (p *cutProxy) handle(c net.Conn) {
 	go func() { _, _ = io.Copy(c, u); c.Close() }()
 	if n := p.cut.Swap(0); n > 0 {
 		_, _ = io.CopyN(u, c, n)
+		time.Sleep(p.hold)
 		return // cut: both sides close
 	}
 	_, _ = io.Copy(u, c)
@@ -262,6 +267,16 @@ func (p *cutProxy) handle(c net.Conn) {
 func (p *cutProxy) url(base string) string {
 	i := strings.Index(base[len("http://"):], "/")
 	return "http://" + p.lis.Addr().String() + base[len("http://")+i:]
+}
+
+// edgeURL is a signed URL of one variant on region's edge, for user.
+func edgeURL(t *testing.T, c *cluster.Cluster, region, mediaID, variant, user string) string {
+	t.Helper()
+	kr, err := urlsign.New(c.File.URLKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + c.File.Regions[region].EdgecacheHTTP + kr.URL(mediaID, variant, user, time.Now().Add(time.Hour))
 }
 
 func setKnobs(t *testing.T, c *cluster.Cluster, kv map[string]string) {

@@ -3,7 +3,6 @@ package web_test
 import (
 	"bytes"
 	"encoding/base64"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,13 +58,12 @@ func TestTusJSUploadThenEdges(t *testing.T) {
 		t.Errorf("%d chunks acknowledged, want several of 256 KiB", n)
 	}
 	for _, region := range []string{"a", "b"} {
-		edge := c.File.Regions[region].EdgecacheHTTP
 		for _, v := range []string{"thumb", "medium", "large"} {
-			if b := waitGET(t, fmt.Sprintf("http://%s/m/%s/%s", edge, ok.MediaID, v)); len(b) == 0 {
+			if b := waitGET(t, edgeURL(t, c, region, ok.MediaID, v, "tusjs")); len(b) == 0 {
 				t.Errorf("%s from %s: empty", v, region)
 			}
 		}
-		if b := waitGET(t, fmt.Sprintf("http://%s/m/%s/raw", edge, ok.MediaID)); !bytes.Equal(b, raw) {
+		if b := waitGET(t, edgeURL(t, c, region, ok.MediaID, "raw", "tusjs")); !bytes.Equal(b, raw) {
 			t.Errorf("raw from %s differs from the file (%d bytes, want %d)", region, len(b), len(raw))
 		}
 	}
@@ -107,7 +105,7 @@ func TestTusJSResumeAfterCut(t *testing.T) {
 	if got := bodyBytes(t, c, "a") - before; got != float64(len(raw)) {
 		t.Errorf("the front received %.0f body bytes for a %d-byte file: bytes were sent twice or lost", got, len(raw))
 	}
-	b := waitGET(t, fmt.Sprintf("http://%s/m/%s/raw", c.File.Regions["b"].EdgecacheHTTP, ok.MediaID))
+	b := waitGET(t, edgeURL(t, c, "b", ok.MediaID, "raw", "tusjs"))
 	if !bytes.Equal(b, raw) {
 		t.Errorf("raw after the resumed upload differs from the file")
 	}
