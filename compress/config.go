@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"willow/flex"
+	"willow/limits"
 	"willow/node"
 	"willow/store"
 )
@@ -27,13 +28,10 @@ import (
 // and retried by the upload front from its durable record, which is cheaper
 // than letting tasks time out in the queue.
 const (
-	DefaultQueueLen      = 8
-	DefaultTaskTimeout   = 2 * time.Minute
-	DefaultMaxPixels     = 40_000_000 // 40 MP: phone main cameras are 12-24 MP binned
-	DefaultMaxImageBytes = 50 << 20
-	DefaultMaxVideoBytes = 512 << 20
-	DefaultRetryAfter    = 5 * time.Second
-	DefaultStoreTimeout  = 30 * time.Second
+	DefaultQueueLen     = 8
+	DefaultTaskTimeout  = 2 * time.Minute
+	DefaultRetryAfter   = 5 * time.Second
+	DefaultStoreTimeout = 30 * time.Second
 	// DefaultHEICPreset is the x265 preset libheif encodes with; chosen by
 	// BenchmarkHEICPreset (docs/compress.md).
 	DefaultHEICPreset = "fast"
@@ -62,13 +60,10 @@ type Config struct {
 	// TaskTimeout caps a task's life (queue + work) when the caller's
 	// deadline is later or absent; default DefaultTaskTimeout.
 	TaskTimeout time.Duration
-	// MaxPixels bounds width x height of images and video frames; default
-	// DefaultMaxPixels.
-	MaxPixels int64
-	// MaxImageBytes and MaxVideoBytes bound raw inputs; defaults
-	// DefaultMaxImageBytes and DefaultMaxVideoBytes.
-	MaxImageBytes int64
-	MaxVideoBytes int64
+	// Limits bound raw inputs (bytes), images and video frames (pixels);
+	// they are the upload front's limits, from the same config (package
+	// limits); zero fields mean the limits defaults.
+	Limits limits.Limits
 	// TempDir holds ffmpeg's per-task directories; default os.TempDir().
 	TempDir string
 	// HEICPreset is the x265 preset; default DefaultHEICPreset.

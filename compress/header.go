@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 
+	"willow/limits"
 	"willow/mediaheader"
 )
 
@@ -29,10 +30,10 @@ var (
 )
 
 // CheckHeader is mediaheader.Check with maxPixels <= 0 meaning
-// DefaultMaxPixels.
+// limits.DefaultMaxPixels.
 func CheckHeader(r io.Reader, maxPixels int64) (Format, int, int, error) {
 	if maxPixels <= 0 {
-		maxPixels = DefaultMaxPixels
+		maxPixels = limits.DefaultMaxPixels
 	}
 	return mediaheader.Check(r, maxPixels)
 }

@@ -143,11 +143,24 @@ func decodeHEIC(data []byte, maxPixels int64) (*image.NRGBA, error) {
 	if int64(iw)*int64(ih) > maxPixels {
 		return nil, fmt.Errorf("heic %dx%d: %w", iw, ih, ErrPixelBomb)
 	}
+	// Strict decoding: a bitstream error partway is an error, never a
+	// variant made of concealed, garbled pixels. Decoding warnings are
+	// checked as well, for decoder plugins that only report those.
+	opts := C.heif_decoding_options_alloc()
+	if opts == nil {
+		return nil, errors.New("libheif: decoding options alloc failed")
+	}
+	defer C.heif_decoding_options_free(opts)
+	opts.strict_decoding = 1
 	var him *C.struct_heif_image
-	if err := heifErr("decode", C.heif_decode_image(handle, &him, C.heif_colorspace_RGB, C.heif_chroma_interleaved_RGB, nil)); err != nil {
+	if err := heifErr("decode", C.heif_decode_image(handle, &him, C.heif_colorspace_RGB, C.heif_chroma_interleaved_RGB, opts)); err != nil {
 		return nil, fmt.Errorf("%v: %w", err, ErrCorrupt)
 	}
 	defer C.heif_image_release(him)
+	var warn C.struct_heif_error
+	if C.heif_image_get_decoding_warnings(him, 0, &warn, 1) > 0 {
+		return nil, fmt.Errorf("libheif decode: %s: %w", C.GoString(warn.message), ErrCorrupt)
+	}
 	w := int(C.heif_image_get_width(him, C.heif_channel_interleaved))
 	h := int(C.heif_image_get_height(him, C.heif_channel_interleaved))
 	var stride C.int

@@ -14,6 +14,7 @@ import (
 
 	"github.com/disintegration/imaging"
 
+	"willow/limits"
 	"willow/media"
 )
 
@@ -45,7 +46,7 @@ type ImageOptions struct {
 	Codec string
 	// Quality is the encoder quality 1..100; default flex.DefaultImageQuality.
 	Quality int
-	// MaxPixels bounds width x height of the input; default DefaultMaxPixels.
+	// MaxPixels bounds width x height of the input; default limits.DefaultMaxPixels.
 	MaxPixels int64
 	// HEICPreset is the x265 preset; default DefaultHEICPreset.
 	HEICPreset string
@@ -90,7 +91,7 @@ func (o ImageOptions) withDefaults() ImageOptions {
 		o.Quality = defaultImageQuality
 	}
 	if o.MaxPixels <= 0 {
-		o.MaxPixels = DefaultMaxPixels
+		o.MaxPixels = limits.DefaultMaxPixels
 	}
 	if o.HEICPreset == "" {
 		o.HEICPreset = DefaultHEICPreset
@@ -109,7 +110,7 @@ func DecodeImage(data []byte, maxPixels int64) (image.Image, error) {
 // DCT scaling) as long as its long edge stays at least target pixels.
 func decode(data []byte, maxPixels int64, target int) (image.Image, error) {
 	if maxPixels <= 0 {
-		maxPixels = DefaultMaxPixels
+		maxPixels = limits.DefaultMaxPixels
 	}
 	f, _, _, err := CheckHeader(bytes.NewReader(data), maxPixels)
 	if err != nil {

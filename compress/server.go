@@ -66,15 +66,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.TaskTimeout <= 0 {
 		cfg.TaskTimeout = DefaultTaskTimeout
 	}
-	if cfg.MaxPixels <= 0 {
-		cfg.MaxPixels = DefaultMaxPixels
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("compress: %w", err)
 	}
-	if cfg.MaxImageBytes <= 0 {
-		cfg.MaxImageBytes = DefaultMaxImageBytes
-	}
-	if cfg.MaxVideoBytes <= 0 {
-		cfg.MaxVideoBytes = DefaultMaxVideoBytes
-	}
+	cfg.Limits = cfg.Limits.WithDefaults()
 	if cfg.TempDir == "" {
 		cfg.TempDir = os.TempDir()
 	}
@@ -278,30 +273,30 @@ func (s *Server) source(ctx context.Context, req *willowv1.CompressRequest, limi
 }
 
 func (s *Server) image(ctx context.Context, req *willowv1.CompressRequest, k flex.Knobs) ([]Output, error) {
-	rc, err := s.source(ctx, req, s.cfg.MaxImageBytes)
+	rc, err := s.source(ctx, req, s.cfg.Limits.MaxImageBytes)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, s.cfg.MaxImageBytes+1))
+	data, err := io.ReadAll(io.LimitReader(rc, s.cfg.Limits.MaxImageBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read source: %w", err)
 	}
-	if int64(len(data)) > s.cfg.MaxImageBytes {
-		return nil, fmt.Errorf("source over %d bytes: %w", s.cfg.MaxImageBytes, ErrTooLarge)
+	if int64(len(data)) > s.cfg.Limits.MaxImageBytes {
+		return nil, fmt.Errorf("source over %d bytes: %w", s.cfg.Limits.MaxImageBytes, ErrTooLarge)
 	}
 	return Images(ctx, data, ImageOptions{Codec: k.ImageCodec, Quality: k.ImageQuality,
-		MaxPixels: s.cfg.MaxPixels, HEICPreset: s.cfg.HEICPreset})
+		MaxPixels: s.cfg.Limits.MaxPixels, HEICPreset: s.cfg.HEICPreset})
 }
 
 func (s *Server) video(ctx context.Context, req *willowv1.CompressRequest, k flex.Knobs) (VideoResult, error) {
-	rc, err := s.source(ctx, req, s.cfg.MaxVideoBytes)
+	rc, err := s.source(ctx, req, s.cfg.Limits.MaxVideoBytes)
 	if err != nil {
 		return VideoResult{}, err
 	}
 	defer rc.Close()
-	return Video(ctx, rc, VideoOptions{BitrateKbps: k.VideoBitrateKbps, MaxPixels: s.cfg.MaxPixels,
-		MaxBytes: s.cfg.MaxVideoBytes, TempDir: s.cfg.TempDir, X264Preset: s.cfg.X264Preset,
+	return Video(ctx, rc, VideoOptions{BitrateKbps: k.VideoBitrateKbps, MaxPixels: s.cfg.Limits.MaxPixels,
+		MaxBytes: s.cfg.Limits.MaxVideoBytes, TempDir: s.cfg.TempDir, X264Preset: s.cfg.X264Preset,
 		FFmpeg: s.cfg.FFmpeg, FFprobe: s.cfg.FFprobe})
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"willow/compress"
 	"willow/internal/testenv"
+	"willow/limits"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -102,7 +103,7 @@ func TestKnobSwitch(t *testing.T) {
 }
 
 func TestCompressErrors(t *testing.T) {
-	e := newEnv(t, compress.Config{MaxImageBytes: 300 << 10})
+	e := newEnv(t, compress.Config{Limits: limits.Limits{MaxImageBytes: 300 << 10}})
 	read := func(p string) []byte {
 		b, err := os.ReadFile(p)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"willow/limits"
 	"willow/media"
 )
 
@@ -24,9 +25,9 @@ type VideoOptions struct {
 	// BitrateKbps is the video stream's target; default
 	// flex.DefaultVideoBitrateKbps.
 	BitrateKbps int
-	// MaxPixels bounds the input frame size; default DefaultMaxPixels.
+	// MaxPixels bounds the input frame size; default limits.DefaultMaxPixels.
 	MaxPixels int64
-	// MaxBytes bounds the input; default DefaultMaxVideoBytes.
+	// MaxBytes bounds the input; default limits.DefaultMaxVideoBytes.
 	MaxBytes int64
 	// TempDir holds the task's working directory; default os.TempDir().
 	TempDir string
@@ -41,10 +42,10 @@ func (o VideoOptions) withDefaults() VideoOptions {
 		o.BitrateKbps = defaultVideoKbps
 	}
 	if o.MaxPixels <= 0 {
-		o.MaxPixels = DefaultMaxPixels
+		o.MaxPixels = limits.DefaultMaxPixels
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = DefaultMaxVideoBytes
+		o.MaxBytes = limits.DefaultMaxVideoBytes
 	}
 	if o.X264Preset == "" {
 		o.X264Preset = DefaultX264Preset

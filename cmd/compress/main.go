@@ -5,8 +5,9 @@
 //	compress -id compress-a-1 -region a -grpc :7100 -admin :7101 -master 127.0.0.1:7000 -store /var/lib/willow/store
 //	compress -id compress-a-1 -region a -master M -s3-endpoint host:9000 -s3-bucket willow -s3-access-key K -s3-secret-key S
 //
-// The config file has two sections, node: (the runtime) and compress:
-// (compress.Config plus the store); flags override it. It runs until
+// The config file has three sections, node: (the runtime), compress:
+// (compress.Config plus the store) and limits: (limits.Limits, the same
+// section the upload fronts read); flags override it. It runs until
 // SIGINT or SIGTERM.
 package main
 
@@ -21,6 +22,7 @@ import (
 
 	"willow/cmd/internal/daemon"
 	"willow/compress"
+	"willow/limits"
 	"willow/node"
 )
 
@@ -38,23 +40,23 @@ func NewMain() *Main { return &Main{Stderr: os.Stderr} }
 
 // FileConfig is the YAML config file.
 type FileConfig struct {
-	Node     daemon.NodeConfig `yaml:"node"`
+	Node daemon.NodeConfig `yaml:"node"`
+	// Limits are the media limits, the same section as the upload
+	// front's config.
+	Limits   limits.Limits `yaml:"limits"`
 	Compress struct {
-		Workers       int             `yaml:"workers"`
-		QueueLen      int             `yaml:"queue_len"`
-		TaskTimeout   time.Duration   `yaml:"task_timeout"`
-		MaxPixels     int64           `yaml:"max_pixels"`
-		MaxImageBytes int64           `yaml:"max_image_bytes"`
-		MaxVideoBytes int64           `yaml:"max_video_bytes"`
-		TempDir       string          `yaml:"temp_dir"`
-		HEICPreset    string          `yaml:"heic_preset"`
-		X264Preset    string          `yaml:"x264_preset"`
-		FFmpeg        string          `yaml:"ffmpeg"`
-		FFprobe       string          `yaml:"ffprobe"`
-		RetryAfter    time.Duration   `yaml:"retry_after"`
-		StoreTimeout  time.Duration   `yaml:"store_timeout"`
-		Store         string          `yaml:"store"` // directory store
-		S3            daemon.S3Config `yaml:"s3"`
+		Workers      int             `yaml:"workers"`
+		QueueLen     int             `yaml:"queue_len"`
+		TaskTimeout  time.Duration   `yaml:"task_timeout"`
+		TempDir      string          `yaml:"temp_dir"`
+		HEICPreset   string          `yaml:"heic_preset"`
+		X264Preset   string          `yaml:"x264_preset"`
+		FFmpeg       string          `yaml:"ffmpeg"`
+		FFprobe      string          `yaml:"ffprobe"`
+		RetryAfter   time.Duration   `yaml:"retry_after"`
+		StoreTimeout time.Duration   `yaml:"store_timeout"`
+		Store        string          `yaml:"store"` // directory store
+		S3           daemon.S3Config `yaml:"s3"`
 	} `yaml:"compress"`
 }
 
@@ -102,8 +104,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	srv, err = compress.New(compress.Config{
-		Workers: cc.Workers, QueueLen: cc.QueueLen, TaskTimeout: cc.TaskTimeout, MaxPixels: cc.MaxPixels,
-		MaxImageBytes: cc.MaxImageBytes, MaxVideoBytes: cc.MaxVideoBytes, TempDir: cc.TempDir,
+		Workers: cc.Workers, QueueLen: cc.QueueLen, TaskTimeout: cc.TaskTimeout, Limits: fc.Limits,
+		TempDir:    cc.TempDir,
 		HEICPreset: cc.HEICPreset, X264Preset: cc.X264Preset, FFmpeg: cc.FFmpeg, FFprobe: cc.FFprobe,
 		RetryAfter: cc.RetryAfter, StoreTimeout: cc.StoreTimeout, Logger: log,
 	}, compress.Deps{Node: n, Store: st})

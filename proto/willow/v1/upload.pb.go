@@ -502,12 +502,18 @@ func (x *CommitRequest) GetUser() string {
 }
 
 type CommitResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MediaId       string                 `protobuf:"bytes,1,opt,name=media_id,json=mediaId,proto3" json:"media_id,omitempty"`
-	Location      string                 `protobuf:"bytes,2,opt,name=location,proto3" json:"location,omitempty"` // store | pool1 | pool2
-	Variants      []*Variant             `protobuf:"bytes,3,rep,name=variants,proto3" json:"variants,omitempty"`
-	Duplicate     bool                   `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"` // the upload ID was already committed
-	Region        string                 `protobuf:"bytes,5,opt,name=region,proto3" json:"region,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MediaId   string                 `protobuf:"bytes,1,opt,name=media_id,json=mediaId,proto3" json:"media_id,omitempty"`
+	Location  string                 `protobuf:"bytes,2,opt,name=location,proto3" json:"location,omitempty"` // store | pool1 | pool2
+	Variants  []*Variant             `protobuf:"bytes,3,rep,name=variants,proto3" json:"variants,omitempty"`
+	Duplicate bool                   `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"` // the upload ID was already committed
+	Region    string                 `protobuf:"bytes,5,opt,name=region,proto3" json:"region,omitempty"`
+	// state is the media state when the reply was sent: processing, ready
+	// (variants listed) or failed (the bytes cannot be made into variants;
+	// reason and error say why; the upload is acknowledged but unusable).
+	State         string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Error         string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -577,6 +583,27 @@ func (x *CommitResponse) GetRegion() string {
 	return ""
 }
 
+func (x *CommitResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CommitResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CommitResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type GetMediaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MediaId       string                 `protobuf:"bytes,1,opt,name=media_id,json=mediaId,proto3" json:"media_id,omitempty"`
@@ -630,11 +657,16 @@ type Media struct {
 	Size            int64                  `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
 	Sha256          string                 `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	Location        string                 `protobuf:"bytes,7,opt,name=location,proto3" json:"location,omitempty"`
-	State           string                 `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"` // processing | ready
+	State           string                 `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"` // processing | ready | failed
 	Variants        []*Variant             `protobuf:"bytes,9,rep,name=variants,proto3" json:"variants,omitempty"`
 	CreatedAtUnixMs int64                  `protobuf:"varint,10,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// reason (a reason code, e.g. pixel_bomb, corrupt_media) and error (the
+	// message) are set when state is failed.
+	Reason        string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	Error         string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	Attempts      int32  `protobuf:"varint,13,opt,name=attempts,proto3" json:"attempts,omitempty"` // compress attempts so far
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Media) Reset() {
@@ -733,6 +765,27 @@ func (x *Media) GetVariants() []*Variant {
 func (x *Media) GetCreatedAtUnixMs() int64 {
 	if x != nil {
 		return x.CreatedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Media) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Media) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Media) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
 	}
 	return 0
 }
@@ -895,17 +948,25 @@ func (*BufferStatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type PoolStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          int32                  `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Mode          string                 `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"` // off | auto | force
-	Items         int64                  `protobuf:"varint,4,opt,name=items,proto3" json:"items,omitempty"`
-	Bytes         int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	DrainPerS     float64                `protobuf:"fixed64,6,opt,name=drain_per_s,json=drainPerS,proto3" json:"drain_per_s,omitempty"`
-	OldestAgeMs   int64                  `protobuf:"varint,7,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"`
-	DrainedTotal  int64                  `protobuf:"varint,8,opt,name=drained_total,json=drainedTotal,proto3" json:"drained_total,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Pool         int32                  `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Node         string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Mode         string                 `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"` // off | auto | force
+	Items        int64                  `protobuf:"varint,4,opt,name=items,proto3" json:"items,omitempty"`
+	Bytes        int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	DrainPerS    float64                `protobuf:"fixed64,6,opt,name=drain_per_s,json=drainPerS,proto3" json:"drain_per_s,omitempty"`
+	OldestAgeMs  int64                  `protobuf:"varint,7,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"`
+	DrainedTotal int64                  `protobuf:"varint,8,opt,name=drained_total,json=drainedTotal,proto3" json:"drained_total,omitempty"`
+	// live_bytes are the on-disk bytes of live records; dead_bytes those of
+	// deleted blobs and tombstones that compaction gives back; disk_bytes
+	// the sum of the segment files.
+	LiveBytes        int64 `protobuf:"varint,9,opt,name=live_bytes,json=liveBytes,proto3" json:"live_bytes,omitempty"`
+	DeadBytes        int64 `protobuf:"varint,10,opt,name=dead_bytes,json=deadBytes,proto3" json:"dead_bytes,omitempty"`
+	DiskBytes        int64 `protobuf:"varint,11,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	Segments         int32 `protobuf:"varint,12,opt,name=segments,proto3" json:"segments,omitempty"`
+	CompactionsTotal int64 `protobuf:"varint,13,opt,name=compactions_total,json=compactionsTotal,proto3" json:"compactions_total,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PoolStatus) Reset() {
@@ -990,6 +1051,41 @@ func (x *PoolStatus) GetOldestAgeMs() int64 {
 func (x *PoolStatus) GetDrainedTotal() int64 {
 	if x != nil {
 		return x.DrainedTotal
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetLiveBytes() int64 {
+	if x != nil {
+		return x.LiveBytes
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetDeadBytes() int64 {
+	if x != nil {
+		return x.DeadBytes
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetSegments() int32 {
+	if x != nil {
+		return x.Segments
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetCompactionsTotal() int64 {
+	if x != nil {
+		return x.CompactionsTotal
 	}
 	return 0
 }
@@ -1142,6 +1238,50 @@ func (x *DrainResponse) GetRemaining() int64 {
 	return 0
 }
 
+type RetryMediaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MediaId       string                 `protobuf:"bytes,1,opt,name=media_id,json=mediaId,proto3" json:"media_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryMediaRequest) Reset() {
+	*x = RetryMediaRequest{}
+	mi := &file_willow_v1_upload_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryMediaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryMediaRequest) ProtoMessage() {}
+
+func (x *RetryMediaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_upload_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryMediaRequest.ProtoReflect.Descriptor instead.
+func (*RetryMediaRequest) Descriptor() ([]byte, []int) {
+	return file_willow_v1_upload_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RetryMediaRequest) GetMediaId() string {
+	if x != nil {
+		return x.MediaId
+	}
+	return ""
+}
+
 var File_willow_v1_upload_proto protoreflect.FileDescriptor
 
 const file_willow_v1_upload_proto_rawDesc = "" +
@@ -1181,15 +1321,18 @@ const file_willow_v1_upload_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\"@\n" +
 	"\rCommitRequest\x12\x1b\n" +
 	"\tupload_id\x18\x01 \x01(\tR\buploadId\x12\x12\n" +
-	"\x04user\x18\x02 \x01(\tR\x04user\"\xad\x01\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\"\xf1\x01\n" +
 	"\x0eCommitResponse\x12\x19\n" +
 	"\bmedia_id\x18\x01 \x01(\tR\amediaId\x12\x1a\n" +
 	"\blocation\x18\x02 \x01(\tR\blocation\x12.\n" +
 	"\bvariants\x18\x03 \x03(\v2\x12.willow.v1.VariantR\bvariants\x12\x1c\n" +
 	"\tduplicate\x18\x04 \x01(\bR\tduplicate\x12\x16\n" +
-	"\x06region\x18\x05 \x01(\tR\x06region\",\n" +
+	"\x06region\x18\x05 \x01(\tR\x06region\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\",\n" +
 	"\x0fGetMediaRequest\x12\x19\n" +
-	"\bmedia_id\x18\x01 \x01(\tR\amediaId\"\xb2\x02\n" +
+	"\bmedia_id\x18\x01 \x01(\tR\amediaId\"\xfc\x02\n" +
 	"\x05Media\x12\x19\n" +
 	"\bmedia_id\x18\x01 \x01(\tR\amediaId\x12#\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x0f.willow.v1.KindR\x04kind\x12\x1a\n" +
@@ -1201,7 +1344,10 @@ const file_willow_v1_upload_proto_rawDesc = "" +
 	"\x05state\x18\b \x01(\tR\x05state\x12.\n" +
 	"\bvariants\x18\t \x03(\v2\x12.willow.v1.VariantR\bvariants\x12+\n" +
 	"\x12created_at_unix_ms\x18\n" +
-	" \x01(\x03R\x0fcreatedAtUnixMs\"F\n" +
+	" \x01(\x03R\x0fcreatedAtUnixMs\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\f \x01(\tR\x05error\x12\x1a\n" +
+	"\battempts\x18\r \x01(\x05R\battempts\"F\n" +
 	"\x0fReadPoolRequest\x12\x19\n" +
 	"\bmedia_id\x18\x01 \x01(\tR\amediaId\x12\x18\n" +
 	"\avariant\x18\x02 \x01(\tR\avariant\"j\n" +
@@ -1210,7 +1356,7 @@ const file_willow_v1_upload_proto_rawDesc = "" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12!\n" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x12\n" +
 	"\x04etag\x18\x04 \x01(\tR\x04etag\"\x15\n" +
-	"\x13BufferStatusRequest\"\xdd\x01\n" +
+	"\x13BufferStatusRequest\"\x83\x03\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\x05R\x04pool\x12\x12\n" +
@@ -1220,7 +1366,16 @@ const file_willow_v1_upload_proto_rawDesc = "" +
 	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12\x1e\n" +
 	"\vdrain_per_s\x18\x06 \x01(\x01R\tdrainPerS\x12\"\n" +
 	"\roldest_age_ms\x18\a \x01(\x03R\voldestAgeMs\x12#\n" +
-	"\rdrained_total\x18\b \x01(\x03R\fdrainedTotal\"C\n" +
+	"\rdrained_total\x18\b \x01(\x03R\fdrainedTotal\x12\x1d\n" +
+	"\n" +
+	"live_bytes\x18\t \x01(\x03R\tliveBytes\x12\x1d\n" +
+	"\n" +
+	"dead_bytes\x18\n" +
+	" \x01(\x03R\tdeadBytes\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\v \x01(\x03R\tdiskBytes\x12\x1a\n" +
+	"\bsegments\x18\f \x01(\x05R\bsegments\x12+\n" +
+	"\x11compactions_total\x18\r \x01(\x03R\x10compactionsTotal\"C\n" +
 	"\x14BufferStatusResponse\x12+\n" +
 	"\x05pools\x18\x01 \x03(\v2\x15.willow.v1.PoolStatusR\x05pools\"6\n" +
 	"\fDrainRequest\x12\x12\n" +
@@ -1228,7 +1383,9 @@ const file_willow_v1_upload_proto_rawDesc = "" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\"G\n" +
 	"\rDrainResponse\x12\x18\n" +
 	"\adrained\x18\x01 \x01(\x03R\adrained\x12\x1c\n" +
-	"\tremaining\x18\x02 \x01(\x03R\tremaining2\x82\x04\n" +
+	"\tremaining\x18\x02 \x01(\x03R\tremaining\".\n" +
+	"\x11RetryMediaRequest\x12\x19\n" +
+	"\bmedia_id\x18\x01 \x01(\tR\amediaId2\xc0\x04\n" +
 	"\x06Upload\x12:\n" +
 	"\x05Begin\x12\x17.willow.v1.BeginRequest\x1a\x18.willow.v1.BeginResponse\x127\n" +
 	"\x06Chunks\x12\x10.willow.v1.Chunk\x1a\x19.willow.v1.ChunksResponse(\x01\x12=\n" +
@@ -1237,7 +1394,9 @@ const file_willow_v1_upload_proto_rawDesc = "" +
 	"\bGetMedia\x12\x1a.willow.v1.GetMediaRequest\x1a\x10.willow.v1.Media\x12>\n" +
 	"\bReadPool\x12\x1a.willow.v1.ReadPoolRequest\x1a\x14.willow.v1.DataChunk0\x01\x12O\n" +
 	"\fBufferStatus\x12\x1e.willow.v1.BufferStatusRequest\x1a\x1f.willow.v1.BufferStatusResponse\x12:\n" +
-	"\x05Drain\x12\x17.willow.v1.DrainRequest\x1a\x18.willow.v1.DrainResponseB!Z\x1fwillow/proto/willow/v1;willowv1b\x06proto3"
+	"\x05Drain\x12\x17.willow.v1.DrainRequest\x1a\x18.willow.v1.DrainResponse\x12<\n" +
+	"\n" +
+	"RetryMedia\x12\x1c.willow.v1.RetryMediaRequest\x1a\x10.willow.v1.MediaB!Z\x1fwillow/proto/willow/v1;willowv1b\x06proto3"
 
 var (
 	file_willow_v1_upload_proto_rawDescOnce sync.Once
@@ -1251,7 +1410,7 @@ func file_willow_v1_upload_proto_rawDescGZIP() []byte {
 	return file_willow_v1_upload_proto_rawDescData
 }
 
-var file_willow_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_willow_v1_upload_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_willow_v1_upload_proto_goTypes = []any{
 	(*BeginRequest)(nil),         // 0: willow.v1.BeginRequest
 	(*BeginResponse)(nil),        // 1: willow.v1.BeginResponse
@@ -1270,14 +1429,15 @@ var file_willow_v1_upload_proto_goTypes = []any{
 	(*BufferStatusResponse)(nil), // 14: willow.v1.BufferStatusResponse
 	(*DrainRequest)(nil),         // 15: willow.v1.DrainRequest
 	(*DrainResponse)(nil),        // 16: willow.v1.DrainResponse
-	(Kind)(0),                    // 17: willow.v1.Kind
-	(*Variant)(nil),              // 18: willow.v1.Variant
+	(*RetryMediaRequest)(nil),    // 17: willow.v1.RetryMediaRequest
+	(Kind)(0),                    // 18: willow.v1.Kind
+	(*Variant)(nil),              // 19: willow.v1.Variant
 }
 var file_willow_v1_upload_proto_depIdxs = []int32{
-	17, // 0: willow.v1.BeginRequest.kind:type_name -> willow.v1.Kind
-	18, // 1: willow.v1.CommitResponse.variants:type_name -> willow.v1.Variant
-	17, // 2: willow.v1.Media.kind:type_name -> willow.v1.Kind
-	18, // 3: willow.v1.Media.variants:type_name -> willow.v1.Variant
+	18, // 0: willow.v1.BeginRequest.kind:type_name -> willow.v1.Kind
+	19, // 1: willow.v1.CommitResponse.variants:type_name -> willow.v1.Variant
+	18, // 2: willow.v1.Media.kind:type_name -> willow.v1.Kind
+	19, // 3: willow.v1.Media.variants:type_name -> willow.v1.Variant
 	13, // 4: willow.v1.BufferStatusResponse.pools:type_name -> willow.v1.PoolStatus
 	0,  // 5: willow.v1.Upload.Begin:input_type -> willow.v1.BeginRequest
 	2,  // 6: willow.v1.Upload.Chunks:input_type -> willow.v1.Chunk
@@ -1287,16 +1447,18 @@ var file_willow_v1_upload_proto_depIdxs = []int32{
 	10, // 10: willow.v1.Upload.ReadPool:input_type -> willow.v1.ReadPoolRequest
 	12, // 11: willow.v1.Upload.BufferStatus:input_type -> willow.v1.BufferStatusRequest
 	15, // 12: willow.v1.Upload.Drain:input_type -> willow.v1.DrainRequest
-	1,  // 13: willow.v1.Upload.Begin:output_type -> willow.v1.BeginResponse
-	3,  // 14: willow.v1.Upload.Chunks:output_type -> willow.v1.ChunksResponse
-	5,  // 15: willow.v1.Upload.Status:output_type -> willow.v1.StatusResponse
-	7,  // 16: willow.v1.Upload.Commit:output_type -> willow.v1.CommitResponse
-	9,  // 17: willow.v1.Upload.GetMedia:output_type -> willow.v1.Media
-	11, // 18: willow.v1.Upload.ReadPool:output_type -> willow.v1.DataChunk
-	14, // 19: willow.v1.Upload.BufferStatus:output_type -> willow.v1.BufferStatusResponse
-	16, // 20: willow.v1.Upload.Drain:output_type -> willow.v1.DrainResponse
-	13, // [13:21] is the sub-list for method output_type
-	5,  // [5:13] is the sub-list for method input_type
+	17, // 13: willow.v1.Upload.RetryMedia:input_type -> willow.v1.RetryMediaRequest
+	1,  // 14: willow.v1.Upload.Begin:output_type -> willow.v1.BeginResponse
+	3,  // 15: willow.v1.Upload.Chunks:output_type -> willow.v1.ChunksResponse
+	5,  // 16: willow.v1.Upload.Status:output_type -> willow.v1.StatusResponse
+	7,  // 17: willow.v1.Upload.Commit:output_type -> willow.v1.CommitResponse
+	9,  // 18: willow.v1.Upload.GetMedia:output_type -> willow.v1.Media
+	11, // 19: willow.v1.Upload.ReadPool:output_type -> willow.v1.DataChunk
+	14, // 20: willow.v1.Upload.BufferStatus:output_type -> willow.v1.BufferStatusResponse
+	16, // 21: willow.v1.Upload.Drain:output_type -> willow.v1.DrainResponse
+	9,  // 22: willow.v1.Upload.RetryMedia:output_type -> willow.v1.Media
+	14, // [14:23] is the sub-list for method output_type
+	5,  // [5:14] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -1314,7 +1476,7 @@ func file_willow_v1_upload_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_willow_v1_upload_proto_rawDesc), len(file_willow_v1_upload_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	Upload_ReadPool_FullMethodName     = "/willow.v1.Upload/ReadPool"
 	Upload_BufferStatus_FullMethodName = "/willow.v1.Upload/BufferStatus"
 	Upload_Drain_FullMethodName        = "/willow.v1.Upload/Drain"
+	Upload_RetryMedia_FullMethodName   = "/willow.v1.Upload/RetryMedia"
 )
 
 // UploadClient is the client API for Upload service.
@@ -47,6 +48,9 @@ type UploadClient interface {
 	ReadPool(ctx context.Context, in *ReadPoolRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DataChunk], error)
 	BufferStatus(ctx context.Context, in *BufferStatusRequest, opts ...grpc.CallOption) (*BufferStatusResponse, error)
 	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error)
+	// RetryMedia puts a media item that ended failed back to processing and
+	// journals its compress again (operator: `willow media retry ID`).
+	RetryMedia(ctx context.Context, in *RetryMediaRequest, opts ...grpc.CallOption) (*Media, error)
 }
 
 type uploadClient struct {
@@ -149,6 +153,16 @@ func (c *uploadClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *uploadClient) RetryMedia(ctx context.Context, in *RetryMediaRequest, opts ...grpc.CallOption) (*Media, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Media)
+	err := c.cc.Invoke(ctx, Upload_RetryMedia_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // UploadServer is the server API for Upload service.
 // All implementations must embed UnimplementedUploadServer
 // for forward compatibility.
@@ -167,6 +181,9 @@ type UploadServer interface {
 	ReadPool(*ReadPoolRequest, grpc.ServerStreamingServer[DataChunk]) error
 	BufferStatus(context.Context, *BufferStatusRequest) (*BufferStatusResponse, error)
 	Drain(context.Context, *DrainRequest) (*DrainResponse, error)
+	// RetryMedia puts a media item that ended failed back to processing and
+	// journals its compress again (operator: `willow media retry ID`).
+	RetryMedia(context.Context, *RetryMediaRequest) (*Media, error)
 	mustEmbedUnimplementedUploadServer()
 }
 
@@ -200,6 +217,9 @@ func (UnimplementedUploadServer) BufferStatus(context.Context, *BufferStatusRequ
 }
 func (UnimplementedUploadServer) Drain(context.Context, *DrainRequest) (*DrainResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Drain not implemented")
+}
+func (UnimplementedUploadServer) RetryMedia(context.Context, *RetryMediaRequest) (*Media, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RetryMedia not implemented")
 }
 func (UnimplementedUploadServer) mustEmbedUnimplementedUploadServer() {}
 func (UnimplementedUploadServer) testEmbeddedByValue()                {}
@@ -348,6 +368,24 @@ func _Upload_Drain_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Upload_RetryMedia_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryMediaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UploadServer).RetryMedia(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Upload_RetryMedia_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UploadServer).RetryMedia(ctx, req.(*RetryMediaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Upload_ServiceDesc is the grpc.ServiceDesc for Upload service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -378,6 +416,10 @@ var Upload_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Drain",
 			Handler:    _Upload_Drain_Handler,
+		},
+		{
+			MethodName: "RetryMedia",
+			Handler:    _Upload_RetryMedia_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
