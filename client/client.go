@@ -78,7 +78,17 @@ type UploadResult struct {
 	Location  string              `json:"location"`
 	Duplicate bool                `json:"duplicate,omitempty"`
 	Variants  []*willowv1.Variant `json:"variants"`
+	// State is the media state when Commit answered: processing, ready or
+	// failed; Reason and Error say why it failed.
+	State  string `json:"state,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
+
+// ErrMediaFailed is returned (wrapped, with the UploadResult) when the
+// front acknowledged an upload but its bytes cannot be made into variants
+// (state failed: undecodable, over a limit). Retrying does not help.
+var ErrMediaFailed = errors.New("client: media failed")
 
 // KindOf guesses the media kind from a file name.
 func KindOf(name string) willowv1.Kind {
@@ -147,6 +157,9 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 	if err != nil {
 		return nil, err
 	}
+	if res.State == "failed" {
+		return res, fmt.Errorf("%w: %s: %s", ErrMediaFailed, res.Reason, res.Error)
+	}
 	return res, nil
 }
 
@@ -192,6 +205,7 @@ func uploadTo(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, size
 	return &UploadResult{
 		ID: cr.GetMediaId(), Bytes: size, SHA256: sum, Region: cr.GetRegion(),
 		Location: cr.GetLocation(), Duplicate: cr.GetDuplicate(), Variants: cr.GetVariants(),
+		State: cr.GetState(), Reason: cr.GetReason(), Error: cr.GetError(),
 	}, nil
 }
 

@@ -16,7 +16,7 @@
 //     Config.QueueLen wait; a task that cannot start before its deadline is
 //     dropped with RESOURCE_EXHAUSTED reason "overload" and a retry-after,
 //     and the upload front retries it from its durable record.
-//   - Memory per image task is bounded by Config.MaxPixels (a 20 MP photo
+//   - Memory per image task is bounded by Config.Limits.MaxPixels (a 20 MP photo
 //     stays well under 512 MiB, see TestMemoryBound).
 //   - ffmpeg runs in its own process group, is killed with the group when
 //     the task's deadline passes, and its temporary directory is removed.

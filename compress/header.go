@@ -25,6 +25,7 @@ var (
 	ErrCorrupt       = mediaheader.ErrCorrupt
 	ErrUnsupported   = mediaheader.ErrUnsupported
 	ErrTooLarge      = errors.New("media over the size limit")
+	ErrTooLong       = errors.New("video over the duration limit")
 	ErrSourceMissing = errors.New("source object missing")
 	ErrOverload      = errors.New("compress worker overloaded")
 )

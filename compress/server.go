@@ -296,7 +296,7 @@ func (s *Server) video(ctx context.Context, req *willowv1.CompressRequest, k fle
 	}
 	defer rc.Close()
 	return Video(ctx, rc, VideoOptions{BitrateKbps: k.VideoBitrateKbps, MaxPixels: s.cfg.Limits.MaxPixels,
-		MaxBytes: s.cfg.Limits.MaxVideoBytes, TempDir: s.cfg.TempDir, X264Preset: s.cfg.X264Preset,
+		MaxBytes: s.cfg.Limits.MaxVideoBytes, MaxDuration: s.cfg.Limits.VideoDuration(req.GetBusiness()), TempDir: s.cfg.TempDir, X264Preset: s.cfg.X264Preset,
 		FFmpeg: s.cfg.FFmpeg, FFprobe: s.cfg.FFprobe})
 }
 
@@ -326,6 +326,8 @@ func (s *Server) status(err error) error {
 		return rpcstatus.New(codes.InvalidArgument, "pixel_bomb", "compress: %v", err)
 	case errors.Is(err, ErrTooLarge):
 		return rpcstatus.New(codes.InvalidArgument, "too_large", "compress: %v", err)
+	case errors.Is(err, ErrTooLong):
+		return rpcstatus.New(codes.InvalidArgument, "too_long", "compress: %v", err)
 	case errors.Is(err, ErrUnsupported):
 		return rpcstatus.New(codes.InvalidArgument, "unsupported_media", "compress: %v", err)
 	case errors.Is(err, ErrCorrupt):
@@ -351,6 +353,8 @@ func resultOf(err error) string {
 		return "corrupt_media"
 	case errors.Is(err, ErrTooLarge):
 		return "too_large"
+	case errors.Is(err, ErrTooLong):
+		return "too_long"
 	case errors.Is(err, ErrSourceMissing):
 		return "source_missing"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrOverload):

@@ -29,6 +29,9 @@ type VideoOptions struct {
 	MaxPixels int64
 	// MaxBytes bounds the input; default limits.DefaultMaxVideoBytes.
 	MaxBytes int64
+	// MaxDuration bounds the input's duration as ffprobe reads it
+	// (ErrTooLong); zero means no limit.
+	MaxDuration time.Duration
 	// TempDir holds the task's working directory; default os.TempDir().
 	TempDir string
 	// X264Preset; default DefaultX264Preset.
@@ -105,6 +108,9 @@ func Video(ctx context.Context, src io.Reader, opt VideoOptions) (VideoResult, e
 		return res, fmt.Errorf("video %dx%d: %w", sp.Width, sp.Height, ErrPixelBomb)
 	}
 	res.SourceSeconds = sp.Duration
+	if opt.MaxDuration > 0 && sp.Duration > opt.MaxDuration.Seconds() {
+		return res, fmt.Errorf("video %.1fs over %s: %w", sp.Duration, opt.MaxDuration, ErrTooLong)
+	}
 
 	out := filepath.Join(dir, "video.mp4")
 	kbps := opt.BitrateKbps

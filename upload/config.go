@@ -11,6 +11,7 @@ import (
 
 	"willow/buffer"
 	"willow/client"
+	"willow/limits"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/store"
@@ -18,9 +19,6 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxImageBytes   = 30 << 20
-	DefaultMaxVideoBytes   = 200 << 20
-	DefaultMaxPixels       = 50_000_000
 	DefaultCompressTimeout = 30 * time.Second
 	// DefaultCommitWait is how long Commit waits for the first compress
 	// attempt by default.
@@ -52,10 +50,11 @@ type Config struct {
 	// StagingDir holds staged chunks and, without Redis, the compress
 	// journal; it survives restarts. Required.
 	StagingDir string
-	// MaxImageBytes, MaxVideoBytes bound an upload's size; MaxPixels
-	// bounds an image's width x height as its header states it. Defaults
-	// DefaultMaxImageBytes, DefaultMaxVideoBytes, DefaultMaxPixels.
-	MaxImageBytes, MaxVideoBytes, MaxPixels int64
+	// Limits bound an upload's size, an image's width x height and a
+	// video's duration (per business) as the headers state them; they are
+	// the compress workers' limits, from the same config (package limits).
+	// Zero fields mean the limits defaults.
+	Limits limits.Limits
 	// Businesses lists the known businesses; default DefaultBusinesses.
 	Businesses []string
 	// CompressTimeout bounds one compress call; default
@@ -118,6 +117,9 @@ type Deps struct {
 	WouldShed func(ctx context.Context) (reason string, shed bool)
 	// Now; default time.Now.
 	Now func() time.Time
+	// Rand returns a number in [0, 1) for the retry jitter; default
+	// math/rand/v2's Float64.
+	Rand func() float64
 }
 
 // router is the part of client.Router the front uses.
@@ -142,9 +144,10 @@ func (c *Config) setDefaults() error {
 			*p = v
 		}
 	}
-	def(&c.MaxImageBytes, DefaultMaxImageBytes)
-	def(&c.MaxVideoBytes, DefaultMaxVideoBytes)
-	def(&c.MaxPixels, DefaultMaxPixels)
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("upload: %w", err)
+	}
+	c.Limits = c.Limits.WithDefaults()
 	def(&c.SyncEvery, DefaultSyncEvery)
 	defD(&c.CompressTimeout, DefaultCompressTimeout)
 	defD(&c.StoreTimeout, DefaultStoreTimeout)

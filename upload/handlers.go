@@ -188,5 +188,6 @@ func (s *Server) Commit(ctx context.Context, req *willowv1.CommitRequest) (*will
 	if o.Variants == nil {
 		o.Variants = []*willowv1.Variant{}
 	}
-	return &willowv1.CommitResponse{MediaId: o.MediaID, Location: o.Location, Variants: o.Variants, Duplicate: o.Duplicate, Region: o.Region}, nil
+	return &willowv1.CommitResponse{MediaId: o.MediaID, Location: o.Location, Variants: o.Variants, Duplicate: o.Duplicate, Region: o.Region,
+		State: o.State, Reason: o.Reason, Error: o.Error}, nil
 }

@@ -13,6 +13,7 @@ type metrics struct {
 	journal  prometheus.Gauge
 	drained  *prometheus.CounterVec
 	compress *prometheus.CounterVec
+	failed   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -29,8 +30,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Media moved from a buffer pool to the store."}, []string{"pool"}),
 		compress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_compress_total",
 			Help: "Compress attempts by outcome (ok, error)."}, []string{"outcome"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_failed_total",
+			Help: "Media moved to the dead-letter state failed, by reason (compress refused the bytes for good)."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.uploads, m.bytes, m.spills, m.journal, m.drained, m.compress)
+	reg.MustRegister(m.uploads, m.bytes, m.spills, m.journal, m.drained, m.compress, m.failed)
 	return m
 }
 

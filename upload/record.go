@@ -22,6 +22,10 @@ const (
 
 	StateProcessing = "processing"
 	StateReady      = "ready"
+	// StateFailed is the dead-letter state: compress refused the bytes
+	// for good (INVALID_ARGUMENT: undecodable, over a limit); Reason and
+	// Error say why. Only an operator's RetryMedia leaves it.
+	StateFailed = "failed"
 )
 
 // Record is a media item's JSON record, stored at media.RecordKey(key) in
@@ -40,6 +44,13 @@ type Record struct {
 	Variants    []VariantEntry `json:"variants"`
 	Created     time.Time      `json:"created"`
 	DrainedAt   time.Time      `json:"drained_at,omitzero"`
+	// Reason (a reason code) and Error (its message) say why State is
+	// StateFailed; FailedAt is when.
+	Reason   string    `json:"reason,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	FailedAt time.Time `json:"failed_at,omitzero"`
+	// Attempts counts compress attempts that failed.
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // VariantEntry describes one variant in a record (never its bytes).
@@ -96,7 +107,8 @@ func (r *Record) variantsProto() []*willowv1.Variant {
 
 func (r *Record) mediaProto() *willowv1.Media {
 	return &willowv1.Media{MediaId: r.ID, Kind: kindOf(r.Kind), Business: r.Business, User: r.User, Size: r.Size,
-		Sha256: r.SHA256, Location: r.Location, State: r.State, Variants: r.variantsProto(), CreatedAtUnixMs: r.Created.UnixMilli()}
+		Sha256: r.SHA256, Location: r.Location, State: r.State, Variants: r.variantsProto(), CreatedAtUnixMs: r.Created.UnixMilli(),
+		Reason: r.Reason, Error: r.Error, Attempts: int32(r.Attempts)}
 }
 
 func (r *Record) key() string {

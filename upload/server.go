@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -34,6 +35,7 @@ type Server struct {
 	pools     [3]*buffer.Pool // index 1 and 2
 	journal   journal
 	now       func() time.Time
+	rand      func() float64
 	wouldShed func(context.Context) (string, bool)
 	log       *slog.Logger
 	region    string
@@ -68,7 +70,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	nc := deps.Node.Config()
 	s := &Server{
 		cfg: cfg, node: deps.Node, st: deps.Store, compress: deps.Compress,
-		now: deps.Now, wouldShed: deps.WouldShed, log: cfg.Logger,
+		now: deps.Now, rand: deps.Rand, wouldShed: deps.WouldShed, log: cfg.Logger,
 		region: nc.Region, nodeID: nc.ID, known: map[string]bool{},
 		upDir:   filepath.Join(cfg.StagingDir, "up"),
 		uploads: map[string]*staged{}, byID: map[string]map[string]bool{},
@@ -80,6 +82,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.pools[1], s.pools[2] = deps.Pool1, deps.Pool2
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.rand == nil {
+		s.rand = rand.Float64
 	}
 	if s.wouldShed == nil {
 		s.wouldShed = shedding.WouldShed

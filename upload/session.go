@@ -74,6 +74,10 @@ type Outcome struct {
 	// Duplicate: the upload ID was committed before; nothing new was
 	// stored.
 	Duplicate bool
+	// State is the media state when the outcome was made: processing,
+	// ready or failed (Reason and Error say why: the bytes cannot be made
+	// into variants; the upload is acknowledged but unusable).
+	State, Reason, Error string
 }
 
 // Reasons the session API adds to those of the gRPC handlers.
@@ -99,15 +103,15 @@ func (s *Server) verifyToken(tok string) (token.Claims, error) {
 func (s *Server) sizeLimit(k willowv1.Kind) (int64, error) {
 	switch k {
 	case willowv1.Kind_KIND_IMAGE:
-		return s.cfg.MaxImageBytes, nil
+		return s.cfg.Limits.MaxImageBytes, nil
 	case willowv1.Kind_KIND_VIDEO:
-		return s.cfg.MaxVideoBytes, nil
+		return s.cfg.Limits.MaxVideoBytes, nil
 	}
 	return 0, invalid("bad_kind", "kind must be image or video")
 }
 
 // MaxSize is the largest upload the front accepts (of any kind).
-func (s *Server) MaxSize() int64 { return max(s.cfg.MaxImageBytes, s.cfg.MaxVideoBytes) }
+func (s *Server) MaxSize() int64 { return max(s.cfg.Limits.MaxImageBytes, s.cfg.Limits.MaxVideoBytes) }
 
 // stateOf describes a staged upload.
 func (s *Server) stateOf(key string, st *staged) SessionState {
@@ -131,7 +135,8 @@ func stateOfRecord(key string, rec Record) SessionState {
 	id, _ := media.Parse(rec.ID)
 	return SessionState{
 		Key: key, Offset: rec.Size, Size: rec.Size, Created: rec.Created,
-		Committed: &Outcome{MediaID: rec.ID, Location: rec.Location, Region: id.Region, Variants: rec.variantsProto(), Duplicate: true},
+		Committed: &Outcome{MediaID: rec.ID, Location: rec.Location, Region: id.Region, Variants: rec.variantsProto(), Duplicate: true,
+			State: rec.State, Reason: rec.Reason, Error: rec.Error},
 		Meta: SessionMeta{UploadID: rec.UploadID, User: rec.User, Business: rec.Business, ContentType: rec.ContentType,
 			Kind: kindOf(rec.Kind)},
 	}
@@ -277,7 +282,7 @@ func (s *Server) writeSession(st *staged, off int64, data []byte) error {
 		return chunkErr(err)
 	}
 	if willowv1.Kind(st.meta.Kind) == willowv1.Kind_KIND_IMAGE {
-		if err := st.CheckHeaderOnce(func(r io.ReaderAt, n int64) error { return checkPixels(r, n, s.cfg.MaxPixels) }); err != nil {
+		if err := st.CheckHeaderOnce(func(r io.ReaderAt, n int64) error { return checkPixels(r, n, s.cfg.Limits.MaxPixels) }); err != nil {
 			s.m.uploads.WithLabelValues("rejected").Inc()
 			return err
 		}
@@ -322,7 +327,8 @@ func (s *Server) forgetLocked(key, uploadID string) {
 
 func (s *Server) duplicateOutcome(rec Record) Outcome {
 	id, _ := media.Parse(rec.ID)
-	return Outcome{MediaID: rec.ID, Location: rec.Location, Variants: rec.variantsProto(), Duplicate: true, Region: id.Region}
+	return Outcome{MediaID: rec.ID, Location: rec.Location, Variants: rec.variantsProto(), Duplicate: true, Region: id.Region,
+		State: rec.State, Reason: rec.Reason, Error: rec.Error}
 }
 
 // commitSession verifies the upload key (size, SHA-256 when declared, the
@@ -381,7 +387,13 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 	}
 	ra, size := st.Reader()
 	if willowv1.Kind(meta.Kind) == willowv1.Kind_KIND_IMAGE {
-		if err := checkPixels(ra, size, s.cfg.MaxPixels); err != nil {
+		if err := checkPixels(ra, size, s.cfg.Limits.MaxPixels); err != nil {
+			s.m.uploads.WithLabelValues("rejected").Inc()
+			return Outcome{}, err
+		}
+	}
+	if willowv1.Kind(meta.Kind) == willowv1.Kind_KIND_VIDEO {
+		if err := s.checkDuration(ra, size, meta.Business); err != nil {
 			s.m.uploads.WithLabelValues("rejected").Inc()
 			return Outcome{}, err
 		}
@@ -406,7 +418,7 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 	}
 	s.m.uploads.WithLabelValues(loc).Inc()
 	s.m.bytes.Add(float64(size))
-	out := Outcome{MediaID: rec.ID, Location: loc, Region: s.region, Variants: []*willowv1.Variant{}}
+	out := Outcome{MediaID: rec.ID, Location: loc, Region: s.region, Variants: []*willowv1.Variant{}, State: StateProcessing}
 	if loc != LocationPool1 {
 		unlock()
 		unlock = func() {}
@@ -429,7 +441,10 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 			select {
 			case r := <-done:
 				if r != nil {
+					// Ready with its variants, or failed for good: the
+					// client learns at once that its media cannot be used.
 					out.Variants = r.variantsProto()
+					out.State, out.Reason, out.Error = r.State, r.Reason, r.Error
 				}
 			case <-t.C:
 			case <-ctx.Done():

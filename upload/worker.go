@@ -71,13 +71,7 @@ func (s *Server) journalLoop(ctx context.Context) {
 			if _, err := s.runJob(ctx, j); err != nil {
 				j.Attempts++
 				j.LastErr = err.Error()
-				back := s.cfg.RetryMin << min(j.Attempts-1, 20)
-				if back > s.cfg.RetryMax || back <= 0 {
-					back = s.cfg.RetryMax
-				}
-				if ra := rpcstatus.RetryAfter(err); ra > back {
-					back = ra
-				}
+				back := s.retryDelay(j.Attempts, err)
 				j.NextAt = s.now().Add(back).UnixMilli()
 				if aerr := s.journal.Add(ctx, j); aerr != nil {
 					s.log.Error("upload: journal reschedule", "key", j.Key, "err", aerr)
@@ -136,9 +130,12 @@ func (s *Server) runJob(ctx context.Context, j job) (*Record, error) {
 		return nil, fmt.Errorf("read record: %w", err)
 	}
 	if ok {
-		if rec.State != StateReady {
+		if rec.State == StateProcessing {
 			resp, err := s.callCompress(ctx, rec.Business, &willowv1.CompressRequest{
-				MediaId: rec.ID, Kind: kindOf(rec.Kind), SourceKey: media.RawKey(j.Key)})
+				MediaId: rec.ID, Kind: kindOf(rec.Kind), SourceKey: media.RawKey(j.Key), Business: rec.Business})
+			if permanent(err) {
+				return s.fail(ctx, j, rec, err)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -195,7 +192,11 @@ func (s *Server) compressPool2(ctx context.Context, p *buffer.Pool, j job, e buf
 		return nil, fmt.Errorf("pool2 read: %w", err)
 	}
 	resp, err := s.callCompress(ctx, rec.Business, &willowv1.CompressRequest{
-		MediaId: rec.ID, Kind: kindOf(rec.Kind), Data: raw, ReturnData: true})
+		MediaId: rec.ID, Kind: kindOf(rec.Kind), Data: raw, ReturnData: true, Business: rec.Business})
+	if permanent(err) {
+		// The store record says failed; the drain keeps that.
+		return s.fail(ctx, j, rec, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +271,10 @@ func (s *Server) drainOne(ctx context.Context, n int, key string) error {
 		}
 	}
 	rec.Location, rec.DrainedAt, rec.State = LocationStore, s.now().UTC(), StateReady
-	if len(rec.Variants) == 0 {
+	if f, failed := s.failedRecord(ctx, key); failed {
+		// Compress refused it while in pool 2: it stays failed.
+		rec.State, rec.Reason, rec.Error, rec.FailedAt, rec.Attempts = StateFailed, f.Reason, f.Error, f.FailedAt, f.Attempts
+	} else if len(rec.Variants) == 0 {
 		rec.State = StateProcessing
 		if err := s.journal.Add(ctx, job{Key: key, MediaID: rec.ID, Business: rec.Business, NextAt: s.now().UnixMilli()}); err != nil {
 			return fmt.Errorf("drain %s: journal: %w", key, err)

@@ -8,8 +8,9 @@
 //	upload ... -http :8200 -cors-origins https://app.example  (tus / IETF resumable uploads at http://HOST:8200/files/)
 //	upload ... -s3-endpoint host:9000 -s3-bucket willow -s3-access-key K -s3-secret-key S -redis redis://127.0.0.1:6379
 //
-// The config file has three sections, node: (the runtime), upload:
-// (upload.Config) and store: (directory or S3); flags override it. The
+// The config file has four sections, node: (the runtime), upload:
+// (upload.Config), store: (directory or S3) and limits: (limits.Limits,
+// the same section the compress workers read); flags override it. The
 // secret may also come from $WILLOW_UPLOAD_SECRET. It runs until SIGINT or
 // SIGTERM.
 package main
@@ -28,6 +29,7 @@ import (
 	"willow/buffer"
 	"willow/client"
 	"willow/cmd/internal/daemon"
+	"willow/limits"
 	"willow/node"
 	"willow/redisconn"
 	"willow/upload"
@@ -48,15 +50,15 @@ func NewMain() *Main { return &Main{Stderr: os.Stderr, Getenv: os.Getenv} }
 
 // FileConfig is the YAML config file.
 type FileConfig struct {
-	Node   daemon.NodeConfig `yaml:"node"`
+	Node daemon.NodeConfig `yaml:"node"`
+	// Limits are the media limits, the same section as the compress
+	// workers' config.
+	Limits limits.Limits `yaml:"limits"`
 	Upload struct {
 		Secret          string        `yaml:"secret"`
 		Staging         string        `yaml:"staging"`
 		PoolDir         string        `yaml:"pool_dir"` // pool1/ and pool2/ under it; empty disables the pools
 		Redis           string        `yaml:"redis"`
-		MaxImageBytes   int64         `yaml:"max_image_bytes"`
-		MaxVideoBytes   int64         `yaml:"max_video_bytes"`
-		MaxPixels       int64         `yaml:"max_pixels"`
 		Businesses      []string      `yaml:"businesses"`
 		CompressTimeout time.Duration `yaml:"compress_timeout"`
 		CommitWait      time.Duration `yaml:"commit_wait"`
@@ -162,8 +164,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		}
 	}
 	srv, err := upload.New(upload.Config{
-		Secret: []byte(uc.Secret), StagingDir: uc.Staging, MaxImageBytes: uc.MaxImageBytes, MaxVideoBytes: uc.MaxVideoBytes,
-		MaxPixels: uc.MaxPixels, Businesses: uc.Businesses, CompressTimeout: uc.CompressTimeout, CommitWait: uc.CommitWait, StoreTimeout: uc.StoreTimeout,
+		Secret: []byte(uc.Secret), StagingDir: uc.Staging, Limits: fc.Limits,
+		Businesses: uc.Businesses, CompressTimeout: uc.CompressTimeout, CommitWait: uc.CommitWait, StoreTimeout: uc.StoreTimeout,
 		StagingTTL: uc.StagingTTL, RetryMin: uc.RetryMin, RetryMax: uc.RetryMax, Logger: log,
 	}, deps)
 	if err != nil {

@@ -55,6 +55,7 @@ func commands() map[string]command {
 		"nodes":    {cmdNodes, "nodes [--json]: list nodes and their state"},
 		"flex":     {cmdFlex, "flex status|set LEVEL|knob NAME=VALUE...|history|rollback: on-call flex control"},
 		"buffer":   {cmdBuffer, "buffer status|drain --pool N: buffer pools"},
+		"media":    {cmdMedia, "media status ID [--json] | retry ID: a media item's state (processing, ready, failed) and operator retry"},
 		"timeline": {cmdTimeline, "timeline follow|publish|poll: timeline"},
 		"load":     {cmdLoad, "load run PROFILE --report DIR: replay a load profile"},
 		"capacity": {cmdCapacity, "capacity plan --calibration report.json --growth uploads=9: capacity review"},

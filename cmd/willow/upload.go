@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"willow/client"
@@ -46,6 +47,14 @@ func cmdUpload(ctx context.Context, m *Main, args []string) error {
 	enc := json.NewEncoder(m.Stdout)
 	for _, f := range files {
 		res, err := c.UploadFile(ctx, f, client.UploadOptions{UploadID: *uploadID, User: *user, Business: *business})
+		if errors.Is(err, client.ErrMediaFailed) {
+			// Acknowledged but unusable: print the line (state failed,
+			// reason) and exit non-zero.
+			if eerr := enc.Encode(res); eerr != nil {
+				return eerr
+			}
+			return fmt.Errorf("%s: FAILED_PRECONDITION %s: %s", f, res.Reason, res.Error)
+		}
 		if err != nil {
 			return err
 		}

@@ -31,7 +31,9 @@ type CompressRequest struct {
 	Data      []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
 	// return_data asks for variant bytes inline instead of written to the
 	// store under "v/KEY/NAME".
-	ReturnData    bool `protobuf:"varint,5,opt,name=return_data,json=returnData,proto3" json:"return_data,omitempty"`
+	ReturnData bool `protobuf:"varint,5,opt,name=return_data,json=returnData,proto3" json:"return_data,omitempty"`
+	// business selects the per-business limits (video duration).
+	Business      string `protobuf:"bytes,6,opt,name=business,proto3" json:"business,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -101,6 +103,13 @@ func (x *CompressRequest) GetReturnData() bool {
 	return false
 }
 
+func (x *CompressRequest) GetBusiness() string {
+	if x != nil {
+		return x.Business
+	}
+	return ""
+}
+
 type CompressResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Variants      []*Variant             `protobuf:"bytes,1,rep,name=variants,proto3" json:"variants,omitempty"`
@@ -165,7 +174,7 @@ var File_willow_v1_compress_proto protoreflect.FileDescriptor
 
 const file_willow_v1_compress_proto_rawDesc = "" +
 	"\n" +
-	"\x18willow/v1/compress.proto\x12\twillow.v1\x1a\x16willow/v1/common.proto\"\xa5\x01\n" +
+	"\x18willow/v1/compress.proto\x12\twillow.v1\x1a\x16willow/v1/common.proto\"\xc1\x01\n" +
 	"\x0fCompressRequest\x12\x19\n" +
 	"\bmedia_id\x18\x01 \x01(\tR\amediaId\x12#\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x0f.willow.v1.KindR\x04kind\x12\x1d\n" +
@@ -173,7 +182,8 @@ const file_willow_v1_compress_proto_rawDesc = "" +
 	"source_key\x18\x03 \x01(\tR\tsourceKey\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x1f\n" +
 	"\vreturn_data\x18\x05 \x01(\bR\n" +
-	"returnData\"~\n" +
+	"returnData\x12\x1a\n" +
+	"\bbusiness\x18\x06 \x01(\tR\bbusiness\"~\n" +
 	"\x10CompressResponse\x12.\n" +
 	"\bvariants\x18\x01 \x03(\v2\x12.willow.v1.VariantR\bvariants\x12\x1f\n" +
 	"\vcpu_seconds\x18\x02 \x01(\x01R\n" +
