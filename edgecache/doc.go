@@ -58,7 +58,9 @@
 //   - Errors map to HTTP in one place (writeError) and to gRPC in one place
 //     (grpcError): malformed id or variant 400 / INVALID_ARGUMENT "bad_id",
 //     unknown format 400 / INVALID_ARGUMENT "bad_format",
-//     unknown 404 / NOT_FOUND "not_found", bad signature 403 /
+//     unknown 404 / NOT_FOUND "not_found", a variant of a media item that
+//     ended failed (its store record says so) 422 / FAILED_PRECONDITION
+//     with the item's reason (e.g. "corrupt_media"), bad signature 403 /
 //     PERMISSION_DENIED "signature_*", origin down
 //     503 / UNAVAILABLE "origin".
 package edgecache

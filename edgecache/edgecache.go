@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc"
 
-	"willow/compress"
+	"willow/limits"
 	"willow/edgecache/ring"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
@@ -103,7 +103,7 @@ type Config struct {
 	// DefaultFallbackQuality.
 	FallbackJPEGQuality int
 	// MaxTranscodePixels bounds the HEIC the edge decodes for the JPEG
-	// fallback; default compress.DefaultMaxPixels.
+	// fallback; default limits.DefaultMaxPixels.
 	MaxTranscodePixels int64
 	// Transcoders is how many JPEG fallbacks are made at once; default
 	// DefaultTranscoders.
@@ -241,7 +241,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg.FallbackJPEGQuality = DefaultFallbackQuality
 	}
 	if cfg.MaxTranscodePixels <= 0 {
-		cfg.MaxTranscodePixels = compress.DefaultMaxPixels
+		cfg.MaxTranscodePixels = limits.DefaultMaxPixels
 	}
 	if cfg.Transcoders <= 0 {
 		cfg.Transcoders = DefaultTranscoders

@@ -335,6 +335,11 @@ func (s *Server) fetchOrigin(ctx context.Context, r req) (part, error) {
 			if id.Loc == media.LocPool1 {
 				return part{}, fmt.Errorf("%w: %s/%s", ErrProcessing, id, variant)
 			}
+			if variant != media.VariantRaw {
+				if ferr := s.failedOf(ctx, id); ferr != nil {
+					return part{}, ferr // failed for good: 422, not 404
+				}
+			}
 			return part{}, fmt.Errorf("%w: %s/%s", ErrNotFound, id, variant)
 		case errors.Is(err, ErrTooLarge):
 			return part{}, err

@@ -138,6 +138,13 @@ func grpcError(err error) error {
 		return rpcstatus.New(codes.InvalidArgument, "bad_format", "%v", err)
 	case errors.Is(err, ErrBadRequest):
 		return rpcstatus.New(codes.InvalidArgument, "bad_id", "%v", err)
+	case errors.Is(err, ErrFailed):
+		reason := "failed"
+		var fe *FailedError
+		if errors.As(err, &fe) && fe.Reason != "" {
+			reason = fe.Reason
+		}
+		return rpcstatus.New(codes.FailedPrecondition, reason, "%v", err)
 	case errors.Is(err, ErrProcessing):
 		return rpcstatus.New(codes.NotFound, "processing", "%v", err)
 	case errors.Is(err, ErrNotFound):

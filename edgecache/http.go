@@ -136,6 +136,12 @@ func writeError(w http.ResponseWriter, err error) {
 		code, reason = http.StatusBadRequest, "bad_format"
 	case errors.Is(err, ErrBadRequest):
 		code, reason = http.StatusBadRequest, "bad_id"
+	case errors.Is(err, ErrFailed):
+		code, reason = http.StatusUnprocessableEntity, "failed"
+		var fe *FailedError
+		if errors.As(err, &fe) && fe.Reason != "" {
+			reason = fe.Reason
+		}
 	case errors.Is(err, ErrProcessing):
 		code, reason = http.StatusNotFound, "processing"
 	case errors.Is(err, ErrNotFound):

@@ -21,6 +21,7 @@ import (
 
 	"willow/buffer"
 	"willow/compress"
+	"willow/limits"
 	"willow/media"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
@@ -119,17 +120,19 @@ func (f *flakyStore) Stat(ctx context.Context, key string) (store.Info, error) {
 }
 
 type front struct {
-	t          testing.TB
-	node       *node.Node
-	srv        *upload.Server
-	store      *flakyStore
-	compress   *fakeCompress
-	pool1      *buffer.Pool
-	pool2      *buffer.Pool
-	client     willowv1.UploadClient
-	shedReason atomic.Pointer[string]
-	cancel     context.CancelFunc
-	done       sync.WaitGroup
+	t        testing.TB
+	node     *node.Node
+	srv      *upload.Server
+	store    *flakyStore
+	compress *fakeCompress
+	// compressNode is the real compress worker's node (frontOpts.real).
+	compressNode *node.Node
+	pool1        *buffer.Pool
+	pool2        *buffer.Pool
+	client       willowv1.UploadClient
+	shedReason   atomic.Pointer[string]
+	cancel       context.CancelFunc
+	done         sync.WaitGroup
 }
 
 type frontOpts struct {
@@ -139,6 +142,10 @@ type frontOpts struct {
 	pools   bool
 	cfg     upload.Config
 	instant bool // instant fake compress
+	// real runs the real compress worker (compress.Server, libjpeg,
+	// libheif, ffmpeg) with these limits instead of the fake.
+	real       bool
+	realLimits limits.Limits
 }
 
 func newFront(t *testing.T, o frontOpts) *front { return newFrontB(t, o) }
@@ -163,9 +170,18 @@ func newFrontB(tb testing.TB, o frontOpts) *front {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	willowv1.RegisterCompressServer(cn.Server(), f.compress)
-	if err := cn.Guard().Declare(compress.Methods()); err != nil {
-		tb.Fatal(err)
+	if o.real {
+		if _, err := compress.New(compress.Config{TempDir: tb.TempDir(), Limits: o.realLimits, Logger: quiet}, compress.Deps{Node: cn, Store: o.store}); err != nil {
+			tb.Fatal(err)
+		}
+		f.compressNode = cn
+	} else {
+		// The fake answers the compress service's methods, classified by
+		// its table like the real one.
+		if err := cn.Guard().Declare(compress.Methods()); err != nil {
+			tb.Fatal(err)
+		}
+		willowv1.RegisterCompressServer(cn.Server(), f.compress)
 	}
 	un, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", Logger: quiet})
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 
 // Methods is the upload front's caller-class table (package auth): the
 // upload calls are the client's own, with its upload token on every one;
-// pool reads are for nodes (edge caches); buffer status and drains are
-// for operators.
+// pool reads are for nodes (edge caches); buffer status, drains and
+// retries of failed media are for operators.
 func Methods() auth.Table {
 	client := auth.Rule{Classes: auth.Client}
 	return auth.Table{
@@ -20,5 +20,6 @@ func Methods() auth.Table {
 		willowv1.Upload_ReadPool_FullMethodName:     {Classes: auth.Node},
 		willowv1.Upload_BufferStatus_FullMethodName: {Classes: auth.Operator, Role: auth.RoleRead},
 		willowv1.Upload_Drain_FullMethodName:        {Classes: auth.Operator, Role: auth.RoleOncall},
+		willowv1.Upload_RetryMedia_FullMethodName:   {Classes: auth.Operator, Role: auth.RoleOncall},
 	}
 }
