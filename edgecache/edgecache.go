@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc"
 
-	"willow/limits"
 	"willow/edgecache/ring"
+	"willow/limits"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/store"
