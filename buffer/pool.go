@@ -108,6 +108,9 @@ type Stats struct {
 	// DeadBytes is the on-disk bytes held by deleted blobs, tombstones and
 	// unreadable records, which Compact can give back.
 	DeadBytes int64
+	// DiskBytes is the size of all segment files; DiskBytes - DeadBytes
+	// are the live records (headers, keys and meta included).
+	DiskBytes int64
 }
 
 // Pool is an append-only blob store in one directory. It is safe for
@@ -781,6 +784,7 @@ func (p *Pool) Stats() Stats {
 		Bytes:     p.live,
 		Segments:  len(p.segs),
 		DeadBytes: p.segBytes - p.liveRecs,
+		DiskBytes: p.segBytes,
 	}
 	if f := p.order.Front(); f != nil {
 		s.OldestAppendedAt = time.Unix(0, f.Value.(*record).appendedAt)

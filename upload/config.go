@@ -30,6 +30,9 @@ const (
 	DefaultRetryMax     = 5 * time.Minute
 	DefaultSyncEvery    = 8 << 20
 	DefaultPollInterval = 200 * time.Millisecond
+	// DefaultCompactDeadBytes is the dead space at which a pool is
+	// compacted without a drain.
+	DefaultCompactDeadBytes = 64 << 20
 	// MaxChunkBytes is the largest chunk a client may send.
 	MaxChunkBytes = 1 << 20
 )
@@ -85,6 +88,10 @@ type Config struct {
 	// PollInterval is how often Run looks for due work; default
 	// DefaultPollInterval.
 	PollInterval time.Duration
+	// CompactDeadBytes: Run compacts a pool in the background once its
+	// dead bytes (deleted blobs, tombstones) reach it, and after every
+	// drain that left dead bytes; default DefaultCompactDeadBytes.
+	CompactDeadBytes int64
 	// JournalKey is the Redis key of the compress journal (a sorted set;
 	// the jobs' hash is "{JournalKey}:jobs", in the same cluster slot);
 	// default "willow:upload:NODE:compress".
@@ -149,6 +156,7 @@ func (c *Config) setDefaults() error {
 	}
 	c.Limits = c.Limits.WithDefaults()
 	def(&c.SyncEvery, DefaultSyncEvery)
+	def(&c.CompactDeadBytes, DefaultCompactDeadBytes)
 	defD(&c.CompressTimeout, DefaultCompressTimeout)
 	defD(&c.StoreTimeout, DefaultStoreTimeout)
 	if c.CommitWait == 0 {

@@ -46,8 +46,14 @@
 // it succeeds within Config.CompressTimeout. The journal is a Redis sorted
 // set when Deps.Redis is set (falling back to the staging dir while Redis
 // fails) or one file per job in the staging dir; Run retries due jobs with
-// exponential backoff (RetryMin..RetryMax, at least the retry-after hint
-// of an overloaded compress worker) until the variants exist.
+// jittered exponential backoff (RetryMin..RetryMax, at least the
+// retry-after hint of an overloaded compress worker) until the variants
+// exist — or until compress refuses the job with INVALID_ARGUMENT, which
+// is permanent: the record moves to the dead-letter state failed with the
+// reason (Commit's reply and GetMedia say so) and only RetryMedia, an
+// operator's call, journals it again. Videos over their business's
+// duration limit (limits.Limits, shared with compress) are refused at
+// Commit with too_long, read from the container header.
 //
 // # Buffer pools
 //

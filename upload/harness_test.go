@@ -129,6 +129,7 @@ type front struct {
 	compressNode *node.Node
 	pool1        *buffer.Pool
 	pool2        *buffer.Pool
+	poolDir      string // p1/ and p2/ under it
 	client       willowv1.UploadClient
 	shedReason   atomic.Pointer[string]
 	cancel       context.CancelFunc
@@ -140,8 +141,10 @@ type frontOpts struct {
 	redis   redis.UniversalClient
 	staging string
 	pools   bool
-	cfg     upload.Config
-	instant bool // instant fake compress
+	// segBytes is the pools' MaxSegmentBytes (default buffer's).
+	segBytes int64
+	cfg      upload.Config
+	instant  bool // instant fake compress
 	// real runs the real compress worker (compress.Server, libjpeg,
 	// libheif, ffmpeg) with these limits instead of the fake.
 	real       bool
@@ -190,10 +193,11 @@ func newFrontB(tb testing.TB, o frontOpts) *front {
 	f.node = un
 	if o.pools {
 		dir := tb.TempDir()
-		if f.pool1, err = buffer.Open(filepath.Join(dir, "p1"), buffer.Options{Name: "pool1", Registerer: un.Registry()}); err != nil {
+		f.poolDir = dir
+		if f.pool1, err = buffer.Open(filepath.Join(dir, "p1"), buffer.Options{Name: "pool1", Registerer: un.Registry(), MaxSegmentBytes: o.segBytes}); err != nil {
 			tb.Fatal(err)
 		}
-		if f.pool2, err = buffer.Open(filepath.Join(dir, "p2"), buffer.Options{Name: "pool2", Registerer: un.Registry()}); err != nil {
+		if f.pool2, err = buffer.Open(filepath.Join(dir, "p2"), buffer.Options{Name: "pool2", Registerer: un.Registry(), MaxSegmentBytes: o.segBytes}); err != nil {
 			tb.Fatal(err)
 		}
 	}

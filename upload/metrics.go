@@ -14,6 +14,10 @@ type metrics struct {
 	drained  *prometheus.CounterVec
 	compress *prometheus.CounterVec
 	failed   *prometheus.CounterVec
+	// compactions and reclaimed count background pool compactions and
+	// the disk bytes they gave back.
+	compactions *prometheus.CounterVec
+	reclaimed   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,8 +36,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Compress attempts by outcome (ok, error)."}, []string{"outcome"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_failed_total",
 			Help: "Media moved to the dead-letter state failed, by reason (compress refused the bytes for good)."}, []string{"reason"}),
+		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_pool_compactions_total",
+			Help: "Background compactions of a buffer pool."}, []string{"pool"}),
+		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_pool_reclaimed_bytes_total",
+			Help: "Disk bytes given back by pool compactions."}, []string{"pool"}),
 	}
-	reg.MustRegister(m.uploads, m.bytes, m.spills, m.journal, m.drained, m.compress, m.failed)
+	reg.MustRegister(m.uploads, m.bytes, m.spills, m.journal, m.drained, m.compress, m.failed, m.compactions, m.reclaimed)
 	return m
 }
 

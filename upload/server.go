@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -56,7 +57,11 @@ type Server struct {
 	drained      [3][]time.Time // recent drain times, for the rate
 
 	kick chan struct{}
-	m    *metrics
+	// compactWant[n] asks for a compaction of pool n (set after a
+	// drain); compactKick wakes the compaction loop.
+	compactWant [3]atomic.Bool
+	compactKick chan struct{}
+	m           *metrics
 }
 
 // service on deps.Node's gRPC server.
@@ -74,7 +79,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		region: nc.Region, nodeID: nc.ID, known: map[string]bool{},
 		upDir:   filepath.Join(cfg.StagingDir, "up"),
 		uploads: map[string]*staged{}, byID: map[string]map[string]bool{},
-		kick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), compactKick: make(chan struct{}, 1),
 	}
 	if deps.Router != nil {
 		s.router = deps.Router

@@ -30,11 +30,11 @@ const MaxInlineCompress = 3 << 20
 var errNoCompress = errors.New("no compress worker configured")
 
 // Run runs the background work until ctx is done: the compress-retry
-// worker, the pool-1 drain and the staging GC. It returns nil when ctx
+// worker, the pool-1 drain, the staging GC and the pool compaction. It returns nil when ctx
 // ends.
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, f := range []func(context.Context){s.journalLoop, s.pool1Loop, s.gcLoop} {
+	for _, f := range []func(context.Context){s.journalLoop, s.pool1Loop, s.gcLoop, s.compactLoop} {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
@@ -332,6 +332,9 @@ func (s *Server) drainAll(ctx context.Context, n int) (int64, error) {
 		}
 		done++
 	}
+	if done > 0 {
+		s.compactSoon(n)
+	}
 	return done, nil
 }
 
@@ -418,6 +421,9 @@ func (s *Server) BufferStatus(ctx context.Context, _ *willowv1.BufferStatusReque
 			st := p.Stats()
 			ps.Items = int64(len(rawKeys(p)))
 			ps.Bytes = st.Bytes
+			ps.DiskBytes, ps.DeadBytes, ps.LiveBytes = st.DiskBytes, st.DeadBytes, st.DiskBytes-st.DeadBytes
+			ps.Segments = int32(st.Segments)
+			ps.CompactionsTotal = int64(counterValue(s.m.compactions.WithLabelValues(fmt.Sprint("pool", n))))
 			if !st.OldestAppendedAt.IsZero() {
 				ps.OldestAgeMs = now.Sub(st.OldestAppendedAt).Milliseconds()
 			}

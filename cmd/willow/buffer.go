@@ -24,6 +24,14 @@ type bufferLine struct {
 	DrainPerS    float64 `json:"drain_per_s"`
 	OldestAgeMs  int64   `json:"oldest_age_ms"`
 	DrainedTotal int64   `json:"drained_total"`
+	// LiveBytes and DeadBytes are the pool's on-disk bytes of live
+	// records and of deleted ones not yet compacted away; DiskBytes
+	// their sum.
+	LiveBytes   int64 `json:"live_bytes"`
+	DeadBytes   int64 `json:"dead_bytes"`
+	DiskBytes   int64 `json:"disk_bytes"`
+	Segments    int32 `json:"segments"`
+	Compactions int64 `json:"compactions_total"`
 }
 
 // drainLine is one front's answer to `willow buffer drain --json`.
@@ -126,7 +134,9 @@ func bufferStatus(ctx context.Context, m *Main, g *globals, addrs string) error 
 			for _, p := range resp.GetPools() {
 				lines = append(lines, bufferLine{Node: p.GetNode(), Region: f.region, Addr: f.addr, Pool: p.GetPool(),
 					Mode: p.GetMode(), Items: p.GetItems(), Bytes: p.GetBytes(), DrainPerS: p.GetDrainPerS(),
-					OldestAgeMs: p.GetOldestAgeMs(), DrainedTotal: p.GetDrainedTotal()})
+					OldestAgeMs: p.GetOldestAgeMs(), DrainedTotal: p.GetDrainedTotal(),
+					LiveBytes: p.GetLiveBytes(), DeadBytes: p.GetDeadBytes(), DiskBytes: p.GetDiskBytes(),
+					Segments: p.GetSegments(), Compactions: p.GetCompactionsTotal()})
 			}
 			return nil
 		})
@@ -145,13 +155,13 @@ func bufferStatus(ctx context.Context, m *Main, g *globals, addrs string) error 
 		return lastErr
 	}
 	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tPOOL\tMODE\tITEMS\tBYTES\tDRAIN/S\tOLDEST\tDRAINED")
+	fmt.Fprintln(tw, "NODE\tPOOL\tMODE\tITEMS\tBYTES\tLIVE\tDEAD\tDRAIN/S\tOLDEST\tDRAINED")
 	for _, l := range lines {
 		oldest := "-"
 		if l.Items > 0 {
 			oldest = (time.Duration(l.OldestAgeMs) * time.Millisecond).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%.1f\t%s\t%d\n", l.Node, l.Pool, l.Mode, l.Items, l.Bytes, l.DrainPerS, oldest, l.DrainedTotal)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%.1f\t%s\t%d\n", l.Node, l.Pool, l.Mode, l.Items, l.Bytes, l.LiveBytes, l.DeadBytes, l.DrainPerS, oldest, l.DrainedTotal)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
