@@ -11,6 +11,7 @@ import (
 
 	"willow/compress"
 	"willow/edgecache"
+	"willow/limits"
 )
 
 func cpuTime() time.Duration {
@@ -65,7 +66,7 @@ func BenchmarkJPEGFallback(b *testing.B) {
 		jpegBytes = 0
 		for _, p := range photos {
 			for _, h := range p.heics {
-				j, err := edgecache.JPEGFallback(h, compress.DefaultMaxPixels, edgecache.DefaultFallbackQuality)
+				j, err := edgecache.JPEGFallback(h, limits.DefaultMaxPixels, edgecache.DefaultFallbackQuality)
 				if err != nil {
 					b.Fatal(err)
 				}
