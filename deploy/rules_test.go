@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -108,6 +110,7 @@ func TestManifestsHoldUnderApply(t *testing.T) {
 					t.Errorf("storage class %s is not documented in deploy/k8s/README.md", class)
 				}
 			}
+			checkRetireGrace(t, objs, sts)
 			zoned := false
 			for _, c := range dig(sts, "spec", "template", "spec", "topologySpreadConstraints").([]any) {
 				if dig(c, "topologyKey") == "topology.kubernetes.io/zone" {
@@ -245,5 +248,47 @@ func TestComposeHoldsTheSameRules(t *testing.T) {
 		if binds && !adv {
 			t.Errorf("compose %s binds 0.0.0.0 without -advertise", name)
 		}
+	}
+}
+
+// checkRetireGrace fails when the upload pod's terminationGracePeriodSeconds
+// cannot hold its preStop sleep, the retire (upload.retire_timeout, which
+// drains the pools on SIGTERM) and the node's shutdown_grace.
+func checkRetireGrace(t *testing.T, objs map[string]map[string]any, sts map[string]any) {
+	t.Helper()
+	pod := dig(sts, "spec", "template", "spec").(map[string]any)
+	grace, _ := strconv.ParseInt(fmt.Sprint(pod["terminationGracePeriodSeconds"]), 10, 64)
+	var cfg map[string]any
+	for k, o := range objs {
+		if strings.HasPrefix(k, "ConfigMap/willow-config") {
+			var doc map[string]any
+			if err := yaml.Unmarshal([]byte(fmt.Sprint(dig(o, "data", "upload.yaml"))), &doc); err != nil {
+				t.Fatal(err)
+			}
+			cfg = doc
+		}
+	}
+	seconds := func(v any) int64 {
+		d, err := time.ParseDuration(fmt.Sprint(v))
+		if err != nil {
+			t.Errorf("upload.yaml duration %v: %v", v, err)
+		}
+		return int64(d.Seconds())
+	}
+	retire := dig(cfg, "upload", "retire_timeout")
+	if retire == nil {
+		t.Error("upload.yaml sets no upload.retire_timeout: the default may not fit the grace period")
+		return
+	}
+	var preStop int64
+	for _, c := range pod["containers"].([]any) {
+		cmd := stringsOf(dig(c, "lifecycle", "preStop", "exec", "command"))
+		if len(cmd) == 2 && strings.HasSuffix(cmd[0], "sleep") {
+			preStop, _ = strconv.ParseInt(cmd[1], 10, 64)
+		}
+	}
+	need := preStop + seconds(retire) + seconds(dig(cfg, "node", "shutdown_grace"))
+	if grace < need {
+		t.Errorf("upload terminationGracePeriodSeconds %d < preStop %d s + retire_timeout %v + shutdown_grace %v", grace, preStop, retire, dig(cfg, "node", "shutdown_grace"))
 	}
 }

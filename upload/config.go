@@ -96,6 +96,13 @@ type Config struct {
 	// the jobs' hash is "{JournalKey}:jobs", in the same cluster slot);
 	// default "willow:upload:NODE:compress".
 	JournalKey string
+	// RetireTimeout bounds Retire (drains and job hand-over on SIGTERM);
+	// default DefaultRetireTimeout. Keep it inside the pod's
+	// terminationGracePeriodSeconds.
+	RetireTimeout time.Duration
+	// RetireKeepPool1: Retire leaves pool 1 in place (its volume will
+	// come back with the front) instead of draining it.
+	RetireKeepPool1 bool
 	// Logger; default the node's logger.
 	Logger *slog.Logger
 }
@@ -167,6 +174,7 @@ func (c *Config) setDefaults() error {
 	defD(&c.RetryMin, DefaultRetryMin)
 	defD(&c.RetryMax, DefaultRetryMax)
 	defD(&c.PollInterval, DefaultPollInterval)
+	defD(&c.RetireTimeout, DefaultRetireTimeout)
 	if len(c.Businesses) == 0 {
 		c.Businesses = DefaultBusinesses
 	}

@@ -149,6 +149,7 @@ type frontOpts struct {
 	// libheif, ffmpeg) with these limits instead of the fake.
 	real       bool
 	realLimits limits.Limits
+	id         string // node ID; default upload-a-1
 }
 
 func newFront(t *testing.T, o frontOpts) *front { return newFrontB(t, o) }
@@ -186,7 +187,10 @@ func newFrontB(tb testing.TB, o frontOpts) *front {
 		}
 		willowv1.RegisterCompressServer(cn.Server(), f.compress)
 	}
-	un, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", Logger: quiet})
+	if o.id == "" {
+		o.id = "upload-a-1"
+	}
+	un, err := node.New(node.Config{ID: o.id, Role: "upload", Region: "a", Logger: quiet})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -34,7 +34,8 @@ func (s *Server) findCommitted(ctx context.Context, key string) (Record, bool, e
 func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.ReaderAt, size int64, deferred bool) (string, error) {
 	k := s.node.Knobs()
 	id := media.ID{Loc: media.LocStore, Region: s.region, Node: s.nodeID, Key: key}
-	if p := s.pools[1]; p != nil && (k.Pool1 == "force" || (k.Pool1 == "auto" && deferred)) {
+	retiring := s.retiring.Load() // a retiring front spills only when the store fails
+	if p := s.pools[1]; p != nil && !retiring && (k.Pool1 == "force" || (k.Pool1 == "auto" && deferred)) {
 		cause := "force"
 		if k.Pool1 != "force" {
 			cause = "shed"
@@ -49,7 +50,7 @@ func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.Rea
 		}
 	}
 	p2 := s.pools[2]
-	if p2 != nil && k.Pool2 != "off" {
+	if p2 != nil && k.Pool2 != "off" && !retiring {
 		cause := ""
 		switch {
 		case k.Pool2 == "force":

@@ -62,6 +62,7 @@ type Server struct {
 	compactWant [3]atomic.Bool
 	compactKick chan struct{}
 	m           *metrics
+	retiring    atomic.Bool // Retire has begun: new uploads are refused
 }
 
 // service on deps.Node's gRPC server.
@@ -119,6 +120,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 		s.journal = &fallbackJournal{primary: rj, file: fj,
 			onErr: func(err error) { s.log.Warn("upload: redis journal failed; using the staging dir", "err", err) }}
+		shared, err := newRedisJournal(deps.Redis, handoverKey(s.region))
+		if err != nil {
+			return nil, fmt.Errorf("upload: %w", err)
+		}
+		s.journal = &sharedJournal{own: s.journal, shared: shared}
 	}
 	k := deps.Node.Knobs()
 	s.storeLim = rate.NewLimiter(rate.Limit(k.StoreWriteBudget), burst(k.StoreWriteBudget))

@@ -204,6 +204,9 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 	} else if ok {
 		return stateOfRecord(key, rec), nil
 	}
+	if err := s.retiringErr(); err != nil {
+		return SessionState{}, err
+	}
 	// Admission deferred its decision for Begin: an overloaded front spills
 	// the new upload into pool 1 when it can; otherwise, and for coarse
 	// shed_ratio shedding of the business, it rejects it here.

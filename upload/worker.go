@@ -322,6 +322,9 @@ func rawKeys(p *buffer.Pool) []string {
 func (s *Server) drainAll(ctx context.Context, n int) (int64, error) {
 	var done int64
 	for _, key := range rawKeys(s.pools[n]) {
+		if n == 1 && s.retiring.Load() && s.cfg.RetireKeepPool1 {
+			return done, nil // retiring with the volume coming back: keep pool 1
+		}
 		if n == 1 {
 			if err := s.waitDrain(ctx); err != nil {
 				return done, err

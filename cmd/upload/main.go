@@ -66,6 +66,8 @@ type FileConfig struct {
 		StagingTTL      time.Duration `yaml:"staging_ttl"`
 		RetryMin        time.Duration `yaml:"retry_min"`
 		RetryMax        time.Duration `yaml:"retry_max"`
+		RetireTimeout   time.Duration `yaml:"retire_timeout"`
+		RetireKeepPool1 bool          `yaml:"retire_keep_pool1"`
 		// HTTP is the tus / IETF resumable-upload endpoint.
 		HTTP upload.HTTPConfig `yaml:"http"`
 	} `yaml:"upload"`
@@ -84,6 +86,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	poolDir := f.FS.String("pool-dir", "", "buffer pool directory (pool1/, pool2/); empty disables the pools")
 	httpAddr := f.FS.String("http", "", "listen address of the tus / IETF resumable-upload HTTP endpoint (default 127.0.0.1:0)")
 	cors := f.FS.String("cors-origins", "", "comma-separated origins browsers may upload from over HTTP (* for any)")
+	keepPool1 := f.FS.Bool("retire-keep-pool1", false, "on SIGTERM, keep pool 1 in place (its volume comes back) instead of draining it; pool 2 is always drained")
 	commitWait := f.FS.Duration("commit-wait", 0, "how long Commit waits for the first compress attempt to list variants (default 5s, at most the compress timeout; negative: do not wait)")
 	var fc FileConfig
 	nc, uc, sc := &fc.Node, &fc.Upload, &fc.Store
@@ -107,6 +110,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	if *cors != "" {
 		uc.HTTP.CORSOrigins = strings.Split(*cors, ",")
 	}
+	uc.RetireKeepPool1 = uc.RetireKeepPool1 || *keepPool1
 	if *commitWait != 0 {
 		uc.CommitWait = *commitWait
 	}
@@ -167,6 +171,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		Secret: []byte(uc.Secret), StagingDir: uc.Staging, Limits: fc.Limits,
 		Businesses: uc.Businesses, CompressTimeout: uc.CompressTimeout, CommitWait: uc.CommitWait, StoreTimeout: uc.StoreTimeout,
 		StagingTTL: uc.StagingTTL, RetryMin: uc.RetryMin, RetryMax: uc.RetryMax, Logger: log,
+		RetireTimeout: uc.RetireTimeout, RetireKeepPool1: uc.RetireKeepPool1,
 	}, deps)
 	if err != nil {
 		return err
@@ -175,7 +180,11 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return daemon.Serve(ctx, n, func() {
+	// SIGTERM retires the front (pools into the store, jobs handed over)
+	// before it stops serving.
+	rctx, stop := daemon.Retiring(ctx, log, func(ctx context.Context) error { _, err := srv.Retire(ctx); return err })
+	defer stop()
+	return daemon.Serve(rctx, n, func() {
 		log.Info("upload front up", "grpc", n.Addr(), "http", hs.URL(), "admin", n.AdminAddr())
 		if m.Ready != nil {
 			m.Ready(n)

@@ -88,7 +88,7 @@ func NewFlags(name string, stderr io.Writer, store bool) *Flags {
 	f.grpc = fs.String("grpc", "", "gRPC listen address (default 127.0.0.1:0)")
 	f.admin = fs.String("admin", "", "admin HTTP listen address: /metrics, /healthz (default 127.0.0.1:0)")
 	f.advertise = fs.String("advertise", "", "gRPC HOST:PORT registered with the master, given to clients and peers (default $POD_IP with the -grpc port; required when -grpc binds 0.0.0.0 or [::] without $POD_IP)")
-	if name == "edgecache" {
+	if name == "edgecache" || name == "upload" { // the edge's HTTP GETs, the front's tus/IETF uploads
 		f.advertiseHTTP = fs.String("advertise-http", "", "HTTP HOST:PORT registered with the master (default $POD_IP with the -http port; required when -http binds 0.0.0.0 or [::] without $POD_IP)")
 	}
 	if name != "master" {

@@ -74,7 +74,7 @@ func TestAdvertiseFlagsYAMLAndPodIP(t *testing.T) {
 			}
 		})
 	}
-	if err := daemon.NewFlags("upload", io.Discard, true).FS.Parse([]string{"-advertise-http", "x:1"}); err == nil {
+	if err := daemon.NewFlags("compress", io.Discard, true).FS.Parse([]string{"-advertise-http", "x:1"}); err == nil {
 		t.Error("-advertise-http accepted by a binary without edge HTTP")
 	}
 }
