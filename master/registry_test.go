@@ -106,6 +106,9 @@ func startRegNode(t *testing.T, masterAddr, id, role, region string) *regNode {
 	}
 	svc := &flaky{}
 	willowv1.RegisterMasterServer(n.Server(), svc)
+	if err := n.Guard().Declare(master.Methods()); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = n.Run(ctx) }()
