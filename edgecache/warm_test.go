@@ -114,3 +114,30 @@ func TestWarmDiskAfterRestart(t *testing.T) {
 		t.Fatalf("temporary file kept: %v", err)
 	}
 }
+
+// TestWarmDiskSlicedAfterRestart: a sliced object (head and slices on
+// disk) is served whole after a restart without an origin read.
+func TestWarmDiskSlicedAfterRestart(t *testing.T) {
+	st := newStore(t)
+	dir := t.TempDir()
+	cfg := edgecache.Config{CapacityBytes: 4096, DiskDir: dir, SliceBytes: testSlice}
+	data := payload(3*testSlice+99, 7)
+	id := put(t, st, media.LocStore, 1, media.VariantVideo, "video/mp4", data)
+	e, stop := runEdge(t, "edge-a-1", cfg, edgecache.Deps{Store: st})
+	resp, body := get(t, e.url+path(id, media.VariantVideo), nil)
+	if resp.StatusCode != 200 || string(body) != string(data) {
+		t.Fatalf("cold: status %d", resp.StatusCode)
+	}
+	etag := resp.Header.Get("ETag")
+	stop()
+	st.gets.Store(0)
+	e, stop = runEdge(t, "edge-a-1", cfg, edgecache.Deps{Store: st})
+	defer stop()
+	resp, body = get(t, e.url+path(id, media.VariantVideo), nil)
+	if resp.StatusCode != 200 || string(body) != string(data) || resp.Header.Get("ETag") != etag {
+		t.Fatalf("after restart: status %d, %d bytes, ETag %s (was %s)", resp.StatusCode, len(body), resp.Header.Get("ETag"), etag)
+	}
+	if n := st.gets.Load(); n != 0 {
+		t.Fatalf("%d origin reads after the restart, want 0", n)
+	}
+}
