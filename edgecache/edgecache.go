@@ -87,7 +87,7 @@ type Config struct {
 	// not: it is always a member). It takes precedence over the Router.
 	Peers func(ctx context.Context) ([]Peer, error)
 	// MaxObjectBytes bounds one object read whole from origin or a peer
-	// (a pool-2 item, or any object of a store without ranged reads);
+	// (any object of a store without ranged reads, a JPEG fallback);
 	// default DefaultMaxObjectBytes. Sliced objects have no bound.
 	MaxObjectBytes int64
 	// SliceBytes is the slice size: an object larger than one slice is

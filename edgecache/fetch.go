@@ -294,8 +294,8 @@ func (s *Server) readChunks(recv func() (*willowv1.DataChunk, error), want int64
 	return p, nil
 }
 
-// fetchOrigin reads the first slice of r (or all of it, for a pool-2 item
-// or a store without ranged reads) from origin as its media ID says. A
+// fetchOrigin reads the first slice of r (or all of it, for a store
+// without ranged reads) from origin as its media ID says. A
 // failed read is retried at most twice, on the other source (pool 2 ->
 // store) or the store again, and only while the retries knob is on.
 func (s *Server) fetchOrigin(ctx context.Context, r req) (part, error) {
@@ -305,7 +305,7 @@ func (s *Server) fetchOrigin(ctx context.Context, r req) (part, error) {
 	}
 	id, variant := r.id, r.variant
 	if id.Loc == media.LocPool2 {
-		p, err := s.readPool(ctx, id, variant)
+		p, err := s.readPool(ctx, id, variant, 0, s.cfg.SliceBytes)
 		switch {
 		case err == nil:
 			s.m.originFetches.WithLabelValues("pool2", "ok").Inc()
@@ -419,8 +419,7 @@ func (s *Server) readStore(ctx context.Context, id media.ID, variant string) (pa
 	}
 	p.etag = s.recordETag(ctx, id, variant)
 	if p.etag == "" {
-		sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%d\x00%s", key, info.Size, info.Modified.UnixNano(), info.ETag)))
-		p.etag = `"` + hex.EncodeToString(sum[:16]) + `"`
+		p.etag = derivedETag(key, info.Size, info.Modified, info.ETag)
 	}
 	return p, nil
 }
@@ -459,10 +458,10 @@ func (s *Server) recordETag(ctx context.Context, id media.ID, variant string) st
 	return `"` + sum[:32] + `"`
 }
 
-// readPool reads an item from pool 2 of the upload front named in its ID
-// (whole: ReadPool has no ranges). It returns errPoolGone when the front
-// drained it or is not listed.
-func (s *Server) readPool(ctx context.Context, id media.ID, variant string) (part, error) {
+// readPool reads bytes [off, off+n) of an item from pool 2 of the upload
+// front named in its ID; the part's size is the whole item's. It returns
+// errPoolGone when the front drained it or is not listed.
+func (s *Server) readPool(ctx context.Context, id media.ID, variant string, off, n int64) (part, error) {
 	if s.router == nil {
 		return part{}, fmt.Errorf("%w: no router", errPoolGone)
 	}
@@ -486,35 +485,41 @@ func (s *Server) readPool(ctx context.Context, id media.ID, variant string) (par
 	if err != nil {
 		return part{}, err
 	}
-	st, err := willowv1.NewUploadClient(conn).ReadPool(ctx, &willowv1.ReadPoolRequest{MediaId: id.String(), Variant: variant})
+	release, err := s.budget.acquire(ctx, n)
+	if err != nil {
+		return part{}, err
+	}
+	defer release()
+	st, err := willowv1.NewUploadClient(conn).ReadPool(ctx, &willowv1.ReadPoolRequest{MediaId: id.String(), Variant: variant, Offset: off, Length: n})
+	var p part
 	if err == nil {
-		// The first chunk says the size: hold budget for all of it.
-		var c *willowv1.DataChunk
-		if c, err = st.Recv(); err == nil {
-			var release func()
-			if release, err = s.budget.acquire(ctx, c.GetSize()); err == nil {
-				defer release()
-				sent := false
-				var p part
-				p, err = s.readChunks(func() (*willowv1.DataChunk, error) {
-					if !sent {
-						sent = true
-						return c, nil
-					}
-					return st.Recv()
-				}, 0)
-				if err == nil {
-					s.m.originBytes.Add(float64(len(p.data)))
-					p.etag = etagOf(p.data) // the same ETag before and after the drain
-					p.size = int64(len(p.data))
-					p.modTime = s.now().UTC().Truncate(time.Second)
-					return p, nil
-				}
-			}
-		}
+		p, err = s.readChunks(st.Recv, n)
 	}
 	if status.Code(err) == codes.NotFound {
 		return part{}, fmt.Errorf("%w: %s", errPoolGone, rpcstatus.Reason(err))
 	}
-	return part{}, err
+	if err != nil {
+		return part{}, err
+	}
+	s.m.originBytes.Add(float64(len(p.data)))
+	sum := strings.ToLower(p.etag) // the front sends the content SHA-256 while the item is in the pool
+	switch {
+	case off == 0 && int64(len(p.data)) >= p.size:
+		p.etag = etagOf(p.data) // the same ETag before and after the drain
+	case len(sum) == 64:
+		p.etag = `"` + sum[:32] + `"`
+	default:
+		if p.etag = s.recordETag(ctx, id, variant); p.etag == "" {
+			p.etag = derivedETag(storeKey(id, variant), p.size, time.Time{}, "")
+		}
+	}
+	p.modTime = s.now().UTC().Truncate(time.Second)
+	return p, nil
+}
+
+// derivedETag is the ETag of a sliced object whose content hash is not
+// known: a hash of its key, size, time and store ETag.
+func derivedETag(key string, size int64, mod time.Time, storeETag string) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%d\x00%s", key, size, mod.UnixNano(), storeETag)))
+	return `"` + hex.EncodeToString(sum[:16]) + `"`
 }

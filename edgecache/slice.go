@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"willow/media"
 	"willow/shedding"
 	"willow/store"
 )
@@ -86,9 +87,28 @@ func (s *Server) fillSlice(ctx context.Context, r req, h *object, i int64, owner
 		s.log.Warn("owner peer failed, reading origin", "owner", owner, "key", key, "err", err)
 		s.markDown(owner)
 	}
-	data, err := s.readStoreRange(ctx, r, h, off, n)
-	if err != nil {
-		return found{}, err
+	var data []byte
+	if r.id.Loc == media.LocPool2 {
+		p, err := s.readPool(ctx, r.id, r.variant, off, n)
+		switch {
+		case err == nil && (p.size != h.size || int64(len(p.data)) != n):
+			err = fmt.Errorf("pool 2 answered %d of %d bytes for slice %d of %s (size %d)", len(p.data), p.size, i, key, h.size)
+		case err == nil:
+			s.m.originFetches.WithLabelValues("pool2", "ok").Inc()
+			data = p.data
+		case errors.Is(err, errPoolGone):
+			s.m.originFetches.WithLabelValues("pool2", "not_found").Inc()
+		}
+		if err != nil && !errors.Is(err, errPoolGone) {
+			s.m.originFetches.WithLabelValues("pool2", "error").Inc()
+			s.log.Warn("pool 2 read failed, reading the store", "key", key, "err", err)
+		}
+	}
+	if data == nil {
+		var err error
+		if data, err = s.readStoreRange(ctx, r, h, off, n); err != nil {
+			return found{}, err
+		}
 	}
 	o := &object{data: data, size: n}
 	s.keep(key, o, owned)

@@ -8,7 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
+
+	"google.golang.org/grpc"
 
 	"willow/edgecache"
 	"willow/media"
@@ -171,5 +175,67 @@ func TestSlicedThroughOwner(t *testing.T) {
 	}
 	if got := st.read.Load(); got != int64(len(data)) {
 		t.Fatalf("origin read %d bytes across the OC, want %d (each slice once)", got, len(data))
+	}
+}
+
+// TestSlicedFromPool2: a large pool-2 item is filled slice by slice with
+// ranged ReadPool calls, with the ETag of its whole bytes (the front sends
+// the content SHA-256), the same after it drained to the store.
+func TestSlicedFromPool2(t *testing.T) {
+	st := newStore(t)
+	data := payload(5*testSlice+3, 8)
+	sum := sha256.Sum256(data)
+	id := media.ID{Loc: media.LocPool2, Region: "a", Node: "upload-a-1", Key: media.KeyFor("u1", "p2big")}
+	var mu sync.Mutex // guards asked
+	var asked []string
+	up := &fakeUpload{readPool: func(req *willowv1.ReadPoolRequest, s willowv1.Upload_ReadPoolServer) error {
+		mu.Lock()
+		asked = append(asked, fmt.Sprintf("%d+%d", req.GetOffset(), req.GetLength()))
+		mu.Unlock()
+		off, n := req.GetOffset(), req.GetLength()
+		end := int64(len(data))
+		if n > 0 {
+			end = min(end, off+n)
+		}
+		body := data[min(off, end):end]
+		first := &willowv1.DataChunk{Size: int64(len(data)), ContentType: "video/mp4", Etag: hex.EncodeToString(sum[:])}
+		for first != nil || len(body) > 0 {
+			m := first
+			if m == nil {
+				m = &willowv1.DataChunk{}
+			}
+			first = nil
+			k := min(len(body), 100<<10)
+			m.Data, body = body[:k], body[k:]
+			if err := s.Send(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
+	addr := serveGRPC(t, func(s *grpc.Server) { willowv1.RegisterUploadServer(s, up) })
+	r := &fakeRouter{routes: map[string][]*willowv1.Endpoint{"upload": {{NodeId: "upload-a-1", Addr: addr, Region: "a"}}}}
+	e := startEdge(t, "edge-a-1", edgecache.Config{SliceBytes: testSlice}, edgecache.Deps{Store: st, Router: r})
+
+	from := int64(3*testSlice + 10)
+	resp, body := get(t, e.url+path(id, media.VariantRaw), map[string]string{"Range": fmt.Sprintf("bytes=%d-%d", from, from+99)})
+	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(body, data[from:from+100]) {
+		t.Fatalf("range: status %d", resp.StatusCode)
+	}
+	if got := resp.Header.Get("ETag"); got != wholeETag(data) {
+		t.Fatalf("ETag %s, want %s", got, wholeETag(data))
+	}
+	mu.Lock()
+	got := strings.Join(asked, " ")
+	mu.Unlock()
+	if want := fmt.Sprintf("0+%d %d+%d", testSlice, 3*testSlice, testSlice); got != want {
+		t.Fatalf("ReadPool asked for %q, want %q (the head slice and the slice of the range)", got, want)
+	}
+	resp, body = get(t, e.url+path(id, media.VariantRaw), nil)
+	if resp.StatusCode != 200 || !bytes.Equal(body, data) {
+		t.Fatalf("whole: status %d, %d bytes", resp.StatusCode, len(body))
+	}
+	if st.gets.Load() != 0 {
+		t.Fatalf("%d store reads for a pool-2 item", st.gets.Load())
 	}
 }

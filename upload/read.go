@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"google.golang.org/grpc/codes"
 
@@ -81,9 +82,10 @@ func (s *Server) poolVariants(key, kind string) []VariantEntry {
 const readChunk = 256 << 10
 
 // ReadPool implements willowv1.UploadServer: it serves an item of pool 2
-// (raw or a variant). Once the item is drained it serves it from the
-// store, so readers keep working during and after a drain. Pool-1 items
-// give NOT_FOUND "processing" until drained.
+// (raw or a variant), whole or the byte range offset/length asks for (the
+// first chunk's size is the whole item's). Once the item is drained it
+// serves it from the store, so readers keep working during and after a
+// drain. Pool-1 items give NOT_FOUND "processing" until drained.
 func (s *Server) ReadPool(req *willowv1.ReadPoolRequest, stream willowv1.Upload_ReadPoolServer) error {
 	ctx := stream.Context()
 	id, err := media.Parse(req.GetMediaId())
@@ -121,10 +123,26 @@ func (s *Server) ReadPool(req *willowv1.ReadPoolRequest, stream willowv1.Upload_
 			return errInternal(err)
 		}
 	}
+	off, length := req.GetOffset(), req.GetLength()
+	if off < 0 || length < 0 {
+		return invalid("bad_range", "offset %d length %d", off, length)
+	}
 	if rc == nil {
 		sctx, cancel := s.storeCtx(ctx)
 		defer cancel()
-		r, info, err := s.st.Get(sctx, objKey)
+		var r io.ReadCloser
+		var info store.Info
+		var err error
+		if rg, ok := s.st.(store.RangeGetter); ok && (off > 0 || length > 0) {
+			n := length
+			if n == 0 {
+				n = math.MaxInt64 - off
+			}
+			r, info, err = rg.GetRange(sctx, objKey, off, n)
+			off = 0 // the store skipped it
+		} else {
+			r, info, err = s.st.Get(sctx, objKey)
+		}
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			if _, lerr := s.lookup(ctx, id); lerr != nil {
@@ -140,10 +158,19 @@ func (s *Server) ReadPool(req *willowv1.ReadPoolRequest, stream willowv1.Upload_
 	if ctype == "" {
 		ctype = "application/octet-stream"
 	}
+	var body io.Reader = rc
+	if off > 0 {
+		if _, err := io.CopyN(io.Discard, rc, off); err != nil && !errors.Is(err, io.EOF) {
+			return errInternal(err)
+		}
+	}
+	if length > 0 {
+		body = io.LimitReader(rc, length)
+	}
 	buf := make([]byte, readChunk)
 	first := true
 	for {
-		n, rerr := io.ReadFull(rc, buf)
+		n, rerr := io.ReadFull(body, buf)
 		if n > 0 || first {
 			msg := &willowv1.DataChunk{Data: buf[:n]}
 			if first {

@@ -791,9 +791,14 @@ func (x *Media) GetAttempts() int32 {
 }
 
 type ReadPoolRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MediaId       string                 `protobuf:"bytes,1,opt,name=media_id,json=mediaId,proto3" json:"media_id,omitempty"`
-	Variant       string                 `protobuf:"bytes,2,opt,name=variant,proto3" json:"variant,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	MediaId string                 `protobuf:"bytes,1,opt,name=media_id,json=mediaId,proto3" json:"media_id,omitempty"`
+	Variant string                 `protobuf:"bytes,2,opt,name=variant,proto3" json:"variant,omitempty"`
+	// offset and length select bytes [offset, offset+length) (length 0: to
+	// the end), so an edge fills a large item slice by slice. The first
+	// DataChunk's size is still that of the whole object.
+	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int64 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -840,6 +845,20 @@ func (x *ReadPoolRequest) GetVariant() string {
 		return x.Variant
 	}
 	return ""
+}
+
+func (x *ReadPoolRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadPoolRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
 }
 
 type DataChunk struct {
@@ -1347,10 +1366,12 @@ const file_willow_v1_upload_proto_rawDesc = "" +
 	" \x01(\x03R\x0fcreatedAtUnixMs\x12\x16\n" +
 	"\x06reason\x18\v \x01(\tR\x06reason\x12\x14\n" +
 	"\x05error\x18\f \x01(\tR\x05error\x12\x1a\n" +
-	"\battempts\x18\r \x01(\x05R\battempts\"F\n" +
+	"\battempts\x18\r \x01(\x05R\battempts\"v\n" +
 	"\x0fReadPoolRequest\x12\x19\n" +
 	"\bmedia_id\x18\x01 \x01(\tR\amediaId\x12\x18\n" +
-	"\avariant\x18\x02 \x01(\tR\avariant\"j\n" +
+	"\avariant\x18\x02 \x01(\tR\avariant\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\"j\n" +
 	"\tDataChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12!\n" +
