@@ -191,11 +191,12 @@ func TestFillMemoryBound(t *testing.T) {
 		objects, objSize>>20, total, took.Round(time.Millisecond), rssBefore/1024, peak/1024, growth, childSlice>>20, childCapacity>>20, childBudget>>20)
 	// Whole-object fills would hold 320 MiB. Live bytes are the cache, the
 	// budget and a slice or two per stream (~48 MiB), which Go's GC
-	// (GOGC=100) lets grow to about twice that.
-	if growth > 128 {
-		t.Fatalf("peak RSS grew by %d MiB during %d MiB of cold fills, want <= 128", growth, total)
+	// (GOGC=100) lets grow to about twice that; the bound is half the
+	// whole objects, with room for a GC slowed by a loaded machine.
+	if growth > int64(total)/2 {
+		t.Fatalf("peak RSS grew by %d MiB during %d MiB of cold fills, want <= %d", growth, total, total/2)
 	}
-	if ttfb > time.Second {
+	if ttfb > 2*time.Second {
 		t.Fatalf("first byte of a cold range after %v", ttfb)
 	}
 }
