@@ -66,7 +66,7 @@ type FileConfig struct {
 func (m *Main) Run(ctx context.Context, args []string) error {
 	f := daemon.NewFlags("master", m.Stderr, false)
 	console := f.FS.String("console", "", "on-call web console listen address; empty: none")
-	redisURL := f.FS.String("redis", "", "Redis URL (default $WILLOW_REDIS)")
+	redisURL := f.FS.String("redis", "", "Redis URL: redis://host:port/db, or redis-cluster://h1:port,h2:port,... for a Redis Cluster (default $WILLOW_REDIS)")
 	token := f.FS.String("oncall-token", "", "on-call token (default $WILLOW_ONCALL_TOKEN)")
 	levels := f.FS.String("levels", "", "YAML file of flex level plans")
 	var fc FileConfig

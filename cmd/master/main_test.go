@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +76,15 @@ func TestMainNeedsRedis(t *testing.T) {
 	m := &Main{Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
 	if err := m.Run(context.Background(), nil); err == nil {
 		t.Fatal("Run without Redis succeeded")
+	}
+}
+
+func TestMainBadRedisURL(t *testing.T) {
+	for _, url := range []string{"redis-cluster://", "redis-cluster://a:1/2", "localhost:6379", "redis://h:1/x"} {
+		m := &Main{Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
+		err := m.Run(context.Background(), []string{"-redis", url, "-oncall-token", "t", "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0"})
+		if err == nil || !strings.Contains(err.Error(), "bad redis URL") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("-redis %s: %v, want a one-line bad redis URL error", url, err)
+		}
 	}
 }

@@ -58,7 +58,7 @@ type FileConfig struct {
 // Run parses args, starts the service and serves until ctx is done.
 func (m *Main) Run(ctx context.Context, args []string) error {
 	f := daemon.NewFlags("timeline", m.Stderr, false)
-	redisURL := f.FS.String("redis", "", "Redis URL (default $WILLOW_REDIS)")
+	redisURL := f.FS.String("redis", "", "Redis URL: redis://host:port/db, or redis-cluster://h1:port,h2:port,... for a Redis Cluster (default $WILLOW_REDIS)")
 	var fc FileConfig
 	if err := f.Parse(args, &fc, &fc.Node, nil, nil); err != nil {
 		return err

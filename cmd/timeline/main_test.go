@@ -53,8 +53,8 @@ func TestRunFromConfigFile(t *testing.T) {
 	if err != nil || len(p.GetItems()) != 5 {
 		t.Fatalf("poll: %v %v", p, err)
 	}
-	if n, _ := r.Client(t).Exists(ctx, "t9:in:a").Result(); n != 1 {
-		t.Errorf("key t9:in:a missing")
+	if n, _ := r.Client(t).Exists(ctx, "t9:in:{a}").Result(); n != 1 {
+		t.Errorf("key t9:in:{a} missing")
 	}
 	cancel()
 	if err := <-errc; err != nil {

@@ -80,7 +80,7 @@ type FileConfig struct {
 // Run parses args, starts the front and serves until ctx is done.
 func (m *Main) Run(ctx context.Context, args []string) error {
 	f := daemon.NewFlags("upload", m.Stderr, true)
-	redisURL := f.FS.String("redis", "", "Redis URL for the compress journal (default $WILLOW_REDIS; none: journal in the staging dir)")
+	redisURL := f.FS.String("redis", "", "Redis URL for the compress journal: redis://host:port/db or redis-cluster://h1:port,h2:port,... (default $WILLOW_REDIS; none: journal in the staging dir)")
 	secret := f.FS.String("secret", "", "upload-token HMAC secret (default $WILLOW_UPLOAD_SECRET)")
 	staging := f.FS.String("staging", "", "staging directory (required)")
 	poolDir := f.FS.String("pool-dir", "", "buffer pool directory (pool1/, pool2/); empty disables the pools")

@@ -15,7 +15,7 @@ import (
 func cmdUp(ctx context.Context, m *Main, args []string) error {
 	fs, _ := m.newFlags("up")
 	dir := fs.String("dir", "./run", "directory for the store, pools, Redis data and cluster.json")
-	redisURL := fs.String("redis", "", "use this Redis instead of starting redis-server")
+	redisURL := fs.String("redis", "", "use this Redis instead of starting redis-server: redis://host:port/db or redis-cluster://h1:port,h2:port,...")
 	verbose := fs.Bool("v", false, "debug logs")
 	if _, err := parse(fs, args); err != nil {
 		return err
