@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -31,23 +32,25 @@ func TestBrowserShowsEveryVariant(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upload: %v", err)
 	}
+	keys := urlKeys(t, c)
+	exp := time.Now().Add(time.Hour)
 	variants := []string{"thumb", "medium", "large", "raw"}
 	var imgs, ids []string
 	for _, region := range []string{"a", "b"} {
 		edge := c.File.Regions[region].EdgecacheHTTP
 		for _, v := range variants {
-			u := fmt.Sprintf("http://%s/m/%s/%s", edge, res.ID, v)
+			u := "http://" + edge + keys.URL(res.ID, v, "browser", exp)
 			_, ctype := waitHTTP(t, u) // the variants exist (Go's client sends no Accept: the stored bytes)
 			if v != "raw" && ctype != "image/heic" {
 				t.Fatalf("%s is stored as %s, want image/heic (the normal level)", v, ctype)
 			}
 			id := region + "-" + v
 			ids = append(ids, id)
-			imgs = append(imgs, fmt.Sprintf(`<img id="%s" src="%s">`, id, u))
+			imgs = append(imgs, fmt.Sprintf(`<img id="%s" src="%s">`, id, html.EscapeString(u)))
 		}
 	}
-	control := fmt.Sprintf("http://%s/m/%s/medium?format=heic", c.File.Regions["a"].EdgecacheHTTP, res.ID)
-	page := "<!doctype html><title>variants</title>" + strings.Join(imgs, "\n") + `<img id="control" src="` + control + `">`
+	control := "http://" + c.File.Regions["a"].EdgecacheHTTP + keys.URL(res.ID, "medium", "browser", exp) + "&format=heic"
+	page := "<!doctype html><title>variants</title>" + strings.Join(imgs, "\n") + `<img id="control" src="` + html.EscapeString(control) + `">`
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write([]byte(page))
