@@ -92,6 +92,20 @@ type Config struct {
 	// dead bytes (deleted blobs, tombstones) reach it, and after every
 	// drain that left dead bytes; default DefaultCompactDeadBytes.
 	CompactDeadBytes int64
+	// ChunkIdleTimeout closes a Chunks stream that sends nothing for that
+	// long (DEADLINE_EXCEEDED idle_timeout); default
+	// DefaultChunkIdleTimeout.
+	ChunkIdleTimeout time.Duration
+	// MaxStreamsPerConn and MaxStreamsPerUser cap the open Chunks streams
+	// of one connection and of one user (RESOURCE_EXHAUSTED
+	// too_many_streams); defaults DefaultMaxStreamsPerConn,
+	// DefaultMaxStreamsPerUser.
+	MaxStreamsPerConn, MaxStreamsPerUser int
+	// MaxStagedPerConn and MaxStagedPerUser cap the uploads one connection
+	// and one user have begun and not committed (RESOURCE_EXHAUSTED
+	// too_many_uploads); defaults DefaultMaxStagedPerConn,
+	// DefaultMaxStagedPerUser.
+	MaxStagedPerConn, MaxStagedPerUser int
 	// JournalKey is the Redis key of the compress journal (a sorted set;
 	// the jobs' hash is "{JournalKey}:jobs", in the same cluster slot);
 	// default "willow:upload:NODE:compress".
@@ -175,6 +189,16 @@ func (c *Config) setDefaults() error {
 	defD(&c.RetryMax, DefaultRetryMax)
 	defD(&c.PollInterval, DefaultPollInterval)
 	defD(&c.RetireTimeout, DefaultRetireTimeout)
+	defD(&c.ChunkIdleTimeout, DefaultChunkIdleTimeout)
+	defN := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	defN(&c.MaxStreamsPerConn, DefaultMaxStreamsPerConn)
+	defN(&c.MaxStreamsPerUser, DefaultMaxStreamsPerUser)
+	defN(&c.MaxStagedPerConn, DefaultMaxStagedPerConn)
+	defN(&c.MaxStagedPerUser, DefaultMaxStagedPerUser)
 	if len(c.Businesses) == 0 {
 		c.Businesses = DefaultBusinesses
 	}

@@ -99,7 +99,12 @@ func chunkErr(err error) error {
 // Chunks implements willowv1.UploadServer: it writes each chunk at its
 // offset, and fsyncs before it reports the durable offset. A stream that
 // breaks keeps what it made durable.
-func (s *Server) Chunks(stream willowv1.Upload_ChunksServer) error {
+func (s *Server) Chunks(raw willowv1.Upload_ChunksServer) error {
+	stream, done, err := s.limitChunks(raw) // idle timeout, stream caps, field lengths
+	if err != nil {
+		return err
+	}
+	defer done()
 	var cur *staged
 	var curID, curUser string
 	syncAll := func() (int64, error) {
@@ -142,6 +147,9 @@ func (s *Server) Chunks(stream willowv1.Upload_ChunksServer) error {
 
 // Status implements willowv1.UploadServer.
 func (s *Server) Status(ctx context.Context, req *willowv1.StatusRequest) (*willowv1.StatusResponse, error) {
+	if err := checkIDs(req.GetUploadId(), req.GetUser()); err != nil {
+		return nil, err
+	}
 	key := media.KeyFor(req.GetUser(), req.GetUploadId())
 	st, err := s.staged(key)
 	if err != nil {
@@ -181,6 +189,9 @@ func checkPixels(r io.ReaderAt, size, max int64) error {
 // the raw durable in the store or a pool with its record, journal the
 // compress, acknowledge.
 func (s *Server) Commit(ctx context.Context, req *willowv1.CommitRequest) (*willowv1.CommitResponse, error) {
+	if err := checkIDs(req.GetUploadId(), req.GetUser()); err != nil {
+		return nil, err
+	}
 	o, err := s.commitSession(ctx, media.KeyFor(req.GetUser(), req.GetUploadId()))
 	if err != nil {
 		return nil, err

@@ -63,6 +63,7 @@ type Server struct {
 	compactKick chan struct{}
 	m           *metrics
 	retiring    atomic.Bool // Retire has begun: new uploads are refused
+	hold        *holdings   // what callers hold (callerlimits.go)
 }
 
 // service on deps.Node's gRPC server.
@@ -79,7 +80,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		now: deps.Now, rand: deps.Rand, wouldShed: deps.WouldShed, log: cfg.Logger,
 		region: nc.Region, nodeID: nc.ID, known: map[string]bool{},
 		upDir:   filepath.Join(cfg.StagingDir, "up"),
-		uploads: map[string]*staged{}, byID: map[string]map[string]bool{},
+		uploads: map[string]*staged{}, byID: map[string]map[string]bool{}, hold: newHoldings(),
 		kick: make(chan struct{}, 1), compactKick: make(chan struct{}, 1),
 	}
 	if deps.Router != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
@@ -151,8 +152,14 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 	if !uploadIDRe.MatchString(p.UploadID) {
 		return SessionState{}, invalid("bad_upload_id", "upload_id must be 1-128 of [A-Za-z0-9._:-]")
 	}
-	if p.User == "" || len(p.User) > 128 {
-		return SessionState{}, invalid("bad_user", "user is required")
+	if p.User == "" || len(p.User) > MaxUserLen {
+		return SessionState{}, invalid("bad_user", "user is required, at most %d bytes", MaxUserLen)
+	}
+	if err := checkLen("filename", p.Filename, MaxFilenameLen); err != nil {
+		return SessionState{}, err
+	}
+	if err := checkLen("content_type", p.ContentType, MaxContentTypeLen); err != nil {
+		return SessionState{}, err
 	}
 	claims, err := s.verifyToken(p.Token)
 	if err != nil {
@@ -230,7 +237,12 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 	unlock := s.lock(key)
 	defer unlock()
 	if st, err = s.staged(key); err == nil && st == nil {
-		st, err = createStaged(filepath.Join(s.upDir, key), meta)
+		if err := s.hold.addStaged(key, connOf(peer.FromContext(ctx)), p.User, s.cfg.MaxStagedPerConn, s.cfg.MaxStagedPerUser); err != nil {
+			return SessionState{}, err
+		}
+		if st, err = createStaged(filepath.Join(s.upDir, key), meta); err != nil {
+			s.hold.dropStaged(key)
+		}
 	}
 	if err != nil {
 		return SessionState{}, errInternal(err)
@@ -281,6 +293,10 @@ func (s *Server) sessionOf(ctx context.Context, key, user string) (*staged, Sess
 // already received are accepted; see staged.Write) and, for an image,
 // refuses a pixel bomb as soon as its header is in.
 func (s *Server) writeSession(st *staged, off int64, data []byte) error {
+	if err := sniffEarly(st, off, data); err != nil {
+		s.m.uploads.WithLabelValues("rejected").Inc()
+		return err
+	}
 	if err := st.Write(off, data, s.cfg.SyncEvery); err != nil {
 		return chunkErr(err)
 	}
@@ -320,6 +336,7 @@ func (s *Server) forgetLocked(key, uploadID string) {
 		st.Close()
 	}
 	delete(s.uploads, key)
+	s.hold.dropStaged(key)
 	delete(s.byID[uploadID], key)
 	if len(s.byID[uploadID]) == 0 {
 		delete(s.byID, uploadID)
@@ -401,9 +418,15 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 			return Outcome{}, err
 		}
 	}
+	// The stored content type is what the bytes are, never the client's.
+	ctype, err := sniffUpload(ra, size, willowv1.Kind(meta.Kind))
+	if err != nil {
+		s.m.uploads.WithLabelValues("rejected").Inc()
+		return Outcome{}, err
+	}
 	rec := Record{
 		Kind: kindName(willowv1.Kind(meta.Kind)), Business: meta.Business, User: meta.User, UploadID: meta.UploadID,
-		Size: meta.Size, SHA256: got, ContentType: meta.ContentType, State: StateProcessing,
+		Size: meta.Size, SHA256: got, ContentType: ctype, State: StateProcessing,
 		Variants: []VariantEntry{}, Created: s.now().UTC(),
 	}
 	loc, err := s.persist(ctx, key, &rec, ra, size, meta.Deferred)
@@ -419,6 +442,7 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 	if err := st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: loc, At: s.now()}); err != nil {
 		s.log.Warn("upload: commit marker", "key", key, "err", err)
 	}
+	s.hold.dropStaged(key)
 	s.m.uploads.WithLabelValues(loc).Inc()
 	s.m.bytes.Add(float64(size))
 	out := Outcome{MediaID: rec.ID, Location: loc, Region: s.region, Variants: []*willowv1.Variant{}, State: StateProcessing}

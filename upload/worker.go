@@ -401,6 +401,7 @@ func (s *Server) gc() {
 			st.Close()
 		}
 		delete(s.uploads, e.Name())
+		s.hold.dropStaged(e.Name())
 		delete(s.byID[meta.UploadID], e.Name())
 		if len(s.byID[meta.UploadID]) == 0 {
 			delete(s.byID, meta.UploadID)

@@ -68,6 +68,12 @@ type FileConfig struct {
 		RetryMax        time.Duration `yaml:"retry_max"`
 		RetireTimeout   time.Duration `yaml:"retire_timeout"`
 		RetireKeepPool1 bool          `yaml:"retire_keep_pool1"`
+		// Caller limits (docs/security.md).
+		ChunkIdleTimeout  time.Duration `yaml:"chunk_idle_timeout"`
+		MaxStreamsPerConn int           `yaml:"max_streams_per_conn"`
+		MaxStreamsPerUser int           `yaml:"max_streams_per_user"`
+		MaxStagedPerConn  int           `yaml:"max_staged_per_conn"`
+		MaxStagedPerUser  int           `yaml:"max_staged_per_user"`
 		// HTTP is the tus / IETF resumable-upload endpoint.
 		HTTP upload.HTTPConfig `yaml:"http"`
 	} `yaml:"upload"`
@@ -172,6 +178,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		Businesses: uc.Businesses, CompressTimeout: uc.CompressTimeout, CommitWait: uc.CommitWait, StoreTimeout: uc.StoreTimeout,
 		StagingTTL: uc.StagingTTL, RetryMin: uc.RetryMin, RetryMax: uc.RetryMax, Logger: log,
 		RetireTimeout: uc.RetireTimeout, RetireKeepPool1: uc.RetireKeepPool1,
+		ChunkIdleTimeout: uc.ChunkIdleTimeout, MaxStreamsPerConn: uc.MaxStreamsPerConn, MaxStreamsPerUser: uc.MaxStreamsPerUser,
+		MaxStagedPerConn: uc.MaxStagedPerConn, MaxStagedPerUser: uc.MaxStagedPerUser,
 	}, deps)
 	if err != nil {
 		return err

@@ -1,0 +1,223 @@
+package upload
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+
+	"willow/auth"
+	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
+)
+
+// Defaults of the limits on what one caller can hold (Config).
+const (
+	DefaultChunkIdleTimeout  = 30 * time.Second
+	DefaultMaxStreamsPerConn = 16
+	DefaultMaxStreamsPerUser = 8
+	DefaultMaxStagedPerConn  = 64
+	DefaultMaxStagedPerUser  = 32
+)
+
+// Length limits of the string fields of an upload (bytes).
+const (
+	MaxUploadIDLen    = 128
+	MaxUserLen        = 128
+	MaxFilenameLen    = 255
+	MaxContentTypeLen = 127
+)
+
+// Reason codes of the caller limits.
+const (
+	// ReasonIdleTimeout: a Chunks stream sent nothing for
+	// Config.ChunkIdleTimeout (DEADLINE_EXCEEDED).
+	ReasonIdleTimeout = "idle_timeout"
+	// ReasonTooManyStreams: the connection or user already has its
+	// Config.MaxStreamsPer* Chunks streams open (RESOURCE_EXHAUSTED).
+	ReasonTooManyStreams = "too_many_streams"
+	// ReasonTooManyUploads: the connection or user already has its
+	// Config.MaxStagedPer* uploads begun and not committed
+	// (RESOURCE_EXHAUSTED).
+	ReasonTooManyUploads = "too_many_uploads"
+	// ReasonFieldTooLong: a string field is over its length limit
+	// (INVALID_ARGUMENT).
+	ReasonFieldTooLong = "field_too_long"
+)
+
+// checkLen refuses a string field over max bytes.
+func checkLen(field, v string, max int) error {
+	if len(v) > max {
+		return invalid(ReasonFieldTooLong, "%s is %d bytes, over the limit of %d", field, len(v), max)
+	}
+	return nil
+}
+
+// checkIDs bounds the upload ID and user of a Chunk, Status or Commit.
+func checkIDs(uploadID, user string) error {
+	if err := checkLen("upload_id", uploadID, MaxUploadIDLen); err != nil {
+		return err
+	}
+	return checkLen("user", user, MaxUserLen)
+}
+
+// holdings counts what callers hold: open Chunks streams and staged,
+// uncommitted uploads, per connection ("c:" + peer address) and per user
+// ("u:" + user). Staged uploads are counted from their Begin on this
+// process; uploads staged before a restart are not counted.
+type holdings struct {
+	mu      sync.Mutex                 // guards every field
+	streams map[string]int             // holder -> open streams
+	staged  map[string]map[string]bool // holder -> keys
+	holders map[string][]string        // key -> its holders
+}
+
+func newHoldings() *holdings {
+	return &holdings{streams: map[string]int{}, staged: map[string]map[string]bool{}, holders: map[string][]string{}}
+}
+
+// connOf names the connection of a call: its peer address.
+func connOf(p *peer.Peer, ok bool) string {
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	return "c:" + p.Addr.String()
+}
+
+// acquireStream takes one stream for holder if it has fewer than max, and
+// returns the release.
+func (h *holdings) acquireStream(holder string, max int, what string) (func(), error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.streams[holder] >= max {
+		return nil, rpcstatus.New(codes.ResourceExhausted, ReasonTooManyStreams, "%s already has %d Chunks streams open", what, max)
+	}
+	h.streams[holder]++
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.streams[holder]--; h.streams[holder] <= 0 {
+			delete(h.streams, holder)
+		}
+	}, nil
+}
+
+// addStaged counts a new staged upload key for its connection and user,
+// or refuses it when either already holds its limit.
+func (h *holdings) addStaged(key, conn, user string, maxConn, maxUser int) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.holders[key]; ok {
+		return nil
+	}
+	type lim struct {
+		holder, what string
+		max          int
+	}
+	lims := []lim{{"u:" + user, "user " + user, maxUser}}
+	if conn != "" {
+		lims = append(lims, lim{conn, "this connection", maxConn})
+	}
+	for _, l := range lims {
+		if len(h.staged[l.holder]) >= l.max {
+			return rpcstatus.New(codes.ResourceExhausted, ReasonTooManyUploads,
+				"%s already has %d uploads begun and not committed: commit or let them expire", l.what, l.max)
+		}
+	}
+	for _, l := range lims {
+		if h.staged[l.holder] == nil {
+			h.staged[l.holder] = map[string]bool{}
+		}
+		h.staged[l.holder][key] = true
+		h.holders[key] = append(h.holders[key], l.holder)
+	}
+	return nil
+}
+
+// dropStaged forgets key (committed, cancelled or expired).
+func (h *holdings) dropStaged(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, holder := range h.holders[key] {
+		delete(h.staged[holder], key)
+		if len(h.staged[holder]) == 0 {
+			delete(h.staged, holder)
+		}
+	}
+	delete(h.holders, key)
+}
+
+// chunkStream is a Chunks stream under the caller limits: each Recv waits
+// at most the idle timeout, and the user of each chunk takes one of the
+// user's streams for the rest of the stream.
+type chunkStream struct {
+	willowv1.Upload_ChunksServer
+	s        *Server
+	idle     time.Duration
+	users    map[string]bool
+	releases []func()
+}
+
+// limitChunks applies the caller limits to a Chunks stream: the
+// connection's stream count now, the users' as their chunks arrive. Call
+// done when the stream ends.
+func (s *Server) limitChunks(stream willowv1.Upload_ChunksServer) (cs *chunkStream, done func(), err error) {
+	cs = &chunkStream{Upload_ChunksServer: stream, s: s, idle: s.cfg.ChunkIdleTimeout, users: map[string]bool{}}
+	done = func() {
+		for _, r := range cs.releases {
+			r()
+		}
+	}
+	if c := connOf(peer.FromContext(stream.Context())); c != "" {
+		r, err := s.hold.acquireStream(c, s.cfg.MaxStreamsPerConn, "this connection")
+		if err != nil {
+			return nil, nil, err
+		}
+		cs.releases = append(cs.releases, r)
+	}
+	return cs, done, nil
+}
+
+// Recv receives the next chunk, or fails with DEADLINE_EXCEEDED
+// idle_timeout when none comes within the idle timeout. A stream given up
+// on is ended by the handler's return, which also ends the receive left
+// waiting.
+func (cs *chunkStream) Recv() (*willowv1.Chunk, error) {
+	type result struct {
+		c   *willowv1.Chunk
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := cs.Upload_ChunksServer.Recv()
+		ch <- result{c, err}
+	}()
+	t := time.NewTimer(cs.idle)
+	defer t.Stop()
+	var r result
+	select {
+	case r = <-ch:
+	case <-t.C:
+		return nil, rpcstatus.New(codes.DeadlineExceeded, ReasonIdleTimeout, "Chunks stream sent nothing for %s", cs.idle)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if err := checkIDs(r.c.GetUploadId(), r.c.GetUser()); err != nil {
+		return nil, err
+	}
+	user := r.c.GetUser()
+	if c, ok := auth.FromContext(cs.Context()); ok && c.Class == auth.Client {
+		user = c.User
+	}
+	if user != "" && !cs.users[user] {
+		rel, err := cs.s.hold.acquireStream("u:"+user, cs.s.cfg.MaxStreamsPerUser, "user "+user)
+		if err != nil {
+			return nil, err
+		}
+		cs.users[user] = true
+		cs.releases = append(cs.releases, rel)
+	}
+	return r.c, nil
+}
