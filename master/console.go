@@ -54,6 +54,7 @@ func (s *Server) ConsoleHandler() http.Handler {
 	mux.HandleFunc("GET /api/drills", s.apiDrills)
 	mux.HandleFunc("POST /api/flex", s.apiSetFlex)
 	mux.HandleFunc("POST /api/rollback", s.apiRollback)
+	s.uploadPage(mux)
 	return gzhttp.GzipHandler(mux)
 }
 
