@@ -41,8 +41,8 @@ func cmdUp(ctx context.Context, m *Main, args []string) error {
 	defer c.Close()
 	b, _ := json.MarshalIndent(c.File, "", "  ")
 	fmt.Fprintf(m.Stdout, "willow: one-box cluster up (logs: %s)\n%s\n", logf.Name(), b)
-	fmt.Fprintf(m.Stdout, "\ntry:\n  willow upload --cluster %s PHOTO.jpg\n  curl -o medium.jpg http://%s/m/ID/medium\n  grpcurl -plaintext %s list\n  console: %s\n\nCtrl-C stops everything.\n",
-		filepath.Join(abs, "cluster.json"), c.File.Regions["a"].EdgecacheHTTP, c.File.Master, c.File.Console)
+	fmt.Fprintf(m.Stdout, "\ntry:\n  willow upload --cluster %s PHOTO.jpg\n  curl -o medium.heic \"$(willow url --cluster %s ID --variant medium)\"\n  grpcurl -plaintext %s list\n  console: %s\n\nCtrl-C stops everything.\n",
+		filepath.Join(abs, "cluster.json"), filepath.Join(abs, "cluster.json"), c.File.Master, c.File.Console)
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(m.Stdout, "willow: stopping")
