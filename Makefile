@@ -4,7 +4,7 @@ GOBIN := $(shell go env GOPATH)/bin
 export PATH := $(GOBIN):$(PATH)
 RUN_DIR ?= ./run
 
-.PHONY: setup build run test test-short test-faults bench bench-compress proto vet fmt fuzz
+.PHONY: setup build run test test-short test-faults bench bench-compress bench-timeline proto vet fmt fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -34,6 +34,13 @@ bench: setup
 
 bench-compress: setup
 	go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./compress/...
+
+# Timeline fan-out against the social graph (BENCHMARKS.md): F = 10..5000
+# followers, delay ratio 0 and 0.5, one redis-server and a 3-master Redis
+# Cluster; then a 5000-follower backlog released at the cap.
+bench-timeline: setup
+	go test -run '^$$' -bench BenchmarkTimelineFanout -benchtime 20x -timeout 10m ./timeline
+	go test -run '^$$' -bench BenchmarkTimelineRelease -benchtime 1x -timeout 10m ./timeline
 
 # Regenerates proto/willow/v1/*.pb.go with the generators pinned in
 # scripts/setup.sh (protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.5.1).

@@ -1,0 +1,229 @@
+package timeline_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"willow/internal/testenv"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
+	"willow/timeline"
+)
+
+// redisMeter counts Redis round trips (one per command or pipeline sent
+// to one server) and the bytes on the wire, both ways.
+type redisMeter struct{ trips, bytes atomic.Int64 }
+
+func (m *redisMeter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &meteredConn{Conn: c, n: &m.bytes}, nil
+	}
+}
+
+func (m *redisMeter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { m.trips.Add(1); return next(ctx, cmd) }
+}
+
+func (m *redisMeter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { m.trips.Add(1); return next(ctx, cmds) }
+}
+
+type meteredConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *meteredConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *meteredConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// meteredClient returns a client for r whose every server connection is
+// metered (on a cluster, each master's client).
+func meteredClient(b *testing.B, r testenv.RedisTarget, m *redisMeter) redis.UniversalClient {
+	c, err := redisconn.Open(r.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(m) })
+	} else {
+		c.AddHook(m)
+	}
+	return c
+}
+
+// usedMemory sums INFO used_memory over the server or every master.
+func usedMemory(ctx context.Context, c redis.UniversalClient) int64 {
+	read := func(cl *redis.Client) int64 {
+		s, _ := cl.Info(ctx, "memory").Result()
+		for _, l := range strings.Split(s, "\r\n") {
+			if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		var sum atomic.Int64
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { sum.Add(read(m)); return nil })
+		return sum.Load()
+	}
+	return read(c.(*redis.Client))
+}
+
+// startBenchTimeline runs a timeline service on rdb and returns a client.
+func startBenchTimeline(b *testing.B, rdb redis.UniversalClient, ratio, rate float64) (willowv1.TimelineClient, *node.Node) {
+	n, err := node.New(node.Config{ID: "tl-bench", Role: "timeline", Region: "a", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := timeline.New(timeline.Config{}, timeline.Deps{Node: n, Redis: rdb})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { _ = n.Run(ctx); done <- struct{}{} }()
+	go func() { _ = s.Run(ctx); done <- struct{}{} }()
+	b.Cleanup(func() { cancel(); <-done; <-done })
+	n.ApplyFlex(&willowv1.FlexState{Version: 1, Knobs: map[string]string{
+		"timeline_delay_ratio": fmt.Sprint(ratio), "timeline_release_per_s": fmt.Sprint(rate)}})
+	conn, err := node.Dial(n.Addr(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return willowv1.NewTimelineClient(conn), n
+}
+
+func addFollowers(b *testing.B, rdb redis.UniversalClient, author string, f int) {
+	members := make([]any, f)
+	for i := range members {
+		members[i] = fmt.Sprintf("user-%d", i)
+	}
+	if err := rdb.SAdd(context.Background(), "willow:tl:f:"+author, members...).Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkTimelineFanout publishes for an author with F followers at
+// delay ratio 0 and 0.5 (release paused), on one redis-server and on a
+// real 3-master Redis Cluster, over gRPC. Reported per publish: p50/p99
+// latency, Redis round trips and bytes, items held, and Redis memory
+// growth. make bench-timeline runs it.
+func BenchmarkTimelineFanout(b *testing.B) {
+	for _, kind := range testenv.RedisKinds {
+		for _, f := range []int{10, 100, 1000, 5000} {
+			for _, ratio := range []float64{0, 0.5} {
+				b.Run(fmt.Sprintf("%s/F=%d/ratio=%v", kind, f, ratio), func(b *testing.B) {
+					r := testenv.StartRedisKind(b, kind)
+					var m redisMeter
+					rdb := meteredClient(b, r, &m)
+					c, _ := startBenchTimeline(b, rdb, ratio, 0)
+					addFollowers(b, rdb, "star", f)
+					ctx := context.Background()
+					// Warm up: scripts loaded, connections dialed.
+					if _, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: "warm"}); err != nil {
+						b.Fatal(err)
+					}
+					mem0 := usedMemory(ctx, rdb)
+					trips0, bytes0 := m.trips.Load(), m.bytes.Load()
+					lat := make([]time.Duration, 0, b.N)
+					held := 0
+					b.ResetTimer()
+					for i := range b.N {
+						t0 := time.Now()
+						resp, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: fmt.Sprint("p", i), MediaIds: []string{"s.a.n1.k"}})
+						if err != nil {
+							b.Fatal(err)
+						}
+						lat = append(lat, time.Since(t0))
+						held += int(resp.GetHeld())
+					}
+					b.StopTimer()
+					slices.Sort(lat)
+					q := func(p float64) float64 { return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000 }
+					n := float64(b.N)
+					b.ReportMetric(q(0.5), "p50-ms")
+					b.ReportMetric(q(0.99), "p99-ms")
+					b.ReportMetric(float64(m.trips.Load()-trips0)/n, "trips/op")
+					b.ReportMetric(float64(m.bytes.Load()-bytes0)/n/1024, "KB/op")
+					b.ReportMetric(float64(held)/n, "held/op")
+					b.ReportMetric(float64(usedMemory(ctx, rdb)-mem0)/n/1024, "memKB/op")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkTimelineRelease holds one post for half of 5000 followers,
+// then releases the backlog at timeline_release_per_s = 2000 and reports
+// the time it took and the measured rate against the cap.
+func BenchmarkTimelineRelease(b *testing.B) {
+	const f, rate = 5000, 2000.0
+	for _, kind := range testenv.RedisKinds {
+		b.Run(kind, func(b *testing.B) {
+			for range b.N {
+				r := testenv.StartRedisKind(b, kind)
+				rdb := r.Client(b)
+				c, n := startBenchTimeline(b, rdb, 0.5, 0)
+				addFollowers(b, rdb, "star", f)
+				ctx := context.Background()
+				resp, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: "p"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				t0 := time.Now()
+				n.ApplyFlex(&willowv1.FlexState{Version: 2, Knobs: map[string]string{
+					"timeline_delay_ratio": "0", "timeline_release_per_s": fmt.Sprint(rate)}})
+				for {
+					st, err := c.Stats(ctx, &willowv1.TimelineStatsRequest{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if st.GetHeldItems() == 0 {
+						break
+					}
+					if time.Since(t0) > time.Minute {
+						b.Fatalf("still %d held after a minute", st.GetHeldItems())
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				took := time.Since(t0)
+				got := float64(resp.GetHeld()) / took.Seconds()
+				b.ReportMetric(float64(resp.GetHeld()), "held")
+				b.ReportMetric(took.Seconds(), "release-s")
+				b.ReportMetric(got, "items/s")
+				b.ReportMetric(got/rate, "of-cap")
+				if got > rate*1.1 {
+					b.Errorf("released %.0f items/s, cap %v", got, rate)
+				}
+			}
+		})
+	}
+}
