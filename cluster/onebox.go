@@ -250,7 +250,8 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
-		es, err := edgecache.New(edgecache.Config{URLKeys: cfg.URLKeys, PublicBusinesses: upload.DefaultPublicDownloads}, edgecache.Deps{Node: en, Store: st, Router: router})
+		es, err := edgecache.New(edgecache.Config{URLKeys: cfg.URLKeys, PublicBusinesses: upload.DefaultPublicDownloads,
+			DiskDir: filepath.Join(cfg.Dir, "edgecache", en.Config().ID)}, edgecache.Deps{Node: en, Store: st, Router: router})
 		if err != nil {
 			return nil, err
 		}

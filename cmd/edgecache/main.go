@@ -70,11 +70,13 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	f := daemon.NewFlags("edgecache", m.Stderr, true)
 	httpAddr := f.FS.String("http", "", "HTTP listen address for GET/HEAD /m/{id}/{variant} (default 127.0.0.1:0)")
 	capacity := f.FS.Int64("capacity", 0, "memory cache capacity in bytes (default 256 MiB)")
+	diskDir := f.FS.String("disk-dir", "", "disk tier directory, kept across restarts (default: no disk tier)")
 	var fc FileConfig
 	if err := f.Parse(args, &fc, &fc.Node, &fc.Store.Dir, &fc.Store.S3); err != nil {
 		return err
 	}
 	daemon.Override(&fc.EdgeCache.HTTP, *httpAddr)
+	daemon.Override(&fc.EdgeCache.DiskDir, *diskDir)
 	if *capacity != 0 {
 		fc.EdgeCache.CapacityBytes = *capacity
 	}

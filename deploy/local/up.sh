@@ -73,6 +73,7 @@ URL_KEY_SECRET=${WILLOW_LOCAL_URL_KEY:-$(od -An -tx1 -N32 /dev/urandom | tr -d '
 	echo "$URL_KEY_ID $URL_KEY_SECRET" >"$DIR/run/url-key"
 	cat >"$DIR/run/edgecache.yaml" <<YAML
 edgecache:
+  disk_capacity_bytes: $((256 << 20))
   url_keys:
     - {id: $URL_KEY_ID, secret: "$URL_KEY_SECRET"}
 YAML
@@ -121,9 +122,10 @@ for r in a b; do
 			-commit-wait "${WILLOW_LOCAL_COMMIT_WAIT:-2s}" -secret "$UPLOAD_SECRET" -staging "$DIR/data/upload-$r-$k/staging" -pool-dir "$DIR/data/upload-$r-$k/pools" \
 			"${S3[@]}"
 		ip=127.0.$net.$((20 + k))
+		mkdir -p "$DIR/data/edgecache-$r-$k"
 		start "edgecache-$r-$k" edgecache "$r" "$ip:$BASE" "$BIN/edgecache" -config "$DIR/run/edgecache.yaml" -id "edgecache-$r-$k" -region "$r" \
 			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -http "$ip:$((BASE + 2))" -master "$MASTERS" \
-			-capacity $((64 << 20)) "${S3[@]}"
+			-capacity $((64 << 20)) -disk-dir "$DIR/data/edgecache-$r-$k" "${S3[@]}"
 	done
 done
 write_cluster_json
