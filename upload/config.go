@@ -76,6 +76,16 @@ type Config struct {
 	// StagingTTL: an upload not committed within it is removed; default
 	// DefaultStagingTTL.
 	StagingTTL time.Duration
+	// StagingBudgetBytes bounds the declared bytes of uploads staged and
+	// not committed on this front: a new upload past it is refused
+	// RESOURCE_EXHAUSTED staging_full; default DefaultStagingBudgetBytes.
+	StagingBudgetBytes int64
+	// StagingFullRetryAfter is the retry-after hint of staging_full;
+	// default DefaultStagingFullRetryAfter.
+	StagingFullRetryAfter time.Duration
+	// GCInterval is how often the staging GC removes expired uploads;
+	// default DefaultGCInterval.
+	GCInterval time.Duration
 	// CommittedTTL: how long the staging dir remembers a committed upload
 	// (the store record remembers it for ever); default DefaultCommittedTTL.
 	CommittedTTL time.Duration
@@ -178,6 +188,9 @@ func (c *Config) setDefaults() error {
 	c.Limits = c.Limits.WithDefaults()
 	def(&c.SyncEvery, DefaultSyncEvery)
 	def(&c.CompactDeadBytes, DefaultCompactDeadBytes)
+	def(&c.StagingBudgetBytes, DefaultStagingBudgetBytes)
+	defD(&c.StagingFullRetryAfter, DefaultStagingFullRetryAfter)
+	defD(&c.GCInterval, DefaultGCInterval)
 	defD(&c.CompressTimeout, DefaultCompressTimeout)
 	defD(&c.StoreTimeout, DefaultStoreTimeout)
 	if c.CommitWait == 0 {

@@ -40,12 +40,19 @@ func (s *Server) Begin(ctx context.Context, req *willowv1.BeginRequest) (*willow
 func (s *Server) resolve(uploadID, user string) (*staged, error) {
 	notBegun := rpcstatus.New(codes.NotFound, "unknown_upload", "upload %q not begun on this front", uploadID)
 	if user != "" {
-		st, err := s.staged(media.KeyFor(user, uploadID))
+		key := media.KeyFor(user, uploadID)
+		st, err := s.staged(key)
 		if err != nil {
 			return nil, errInternal(err)
 		}
 		if st == nil {
+			if eerr := s.expiredErr(key, uploadID); eerr != nil {
+				return nil, eerr
+			}
 			return nil, notBegun
+		}
+		if s.isExpired(st) {
+			return nil, s.expiredNow(st)
 		}
 		return st, nil
 	}
@@ -75,7 +82,13 @@ func (s *Server) resolve(uploadID, user string) (*staged, error) {
 		found = committed // chunks after commit: already_committed
 	}
 	if found == nil {
+		if eerr := s.expiredErr("", uploadID); eerr != nil {
+			return nil, eerr
+		}
 		return nil, notBegun
+	}
+	if s.isExpired(found) {
+		return nil, s.expiredNow(found)
 	}
 	return found, nil
 }
@@ -155,6 +168,9 @@ func (s *Server) Status(ctx context.Context, req *willowv1.StatusRequest) (*will
 	if err != nil {
 		return nil, errInternal(err)
 	}
+	if s.isExpired(st) {
+		return nil, s.expiredNow(st)
+	}
 	if st != nil {
 		if c := st.Committed(); c != nil {
 			return &willowv1.StatusResponse{Offset: st.meta.Size, Size: st.meta.Size, Committed: true, MediaId: c.MediaID, State: "committed"}, nil
@@ -167,6 +183,9 @@ func (s *Server) Status(ctx context.Context, req *willowv1.StatusRequest) (*will
 		return nil, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
 	}
 	if !ok {
+		if eerr := s.expiredErr(key, req.GetUploadId()); eerr != nil {
+			return nil, eerr
+		}
 		return nil, rpcstatus.New(codes.NotFound, "unknown_upload", "no upload %q for this user", req.GetUploadId())
 	}
 	return &willowv1.StatusResponse{Offset: rec.Size, Size: rec.Size, Committed: true, MediaId: rec.ID, State: "committed"}, nil

@@ -25,6 +25,7 @@ func (s *Server) scanStaging() error {
 			continue
 		}
 		s.indexLocked(m.UploadID, e.Name())
+		s.scanReserve(filepath.Join(s.upDir, e.Name()), e.Name(), m.Size)
 	}
 	return nil
 }

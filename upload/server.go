@@ -51,7 +51,11 @@ type Server struct {
 
 	mu      sync.Mutex // guards uploads, byID, drainRunning, drained
 	uploads map[string]*staged
-	byID    map[string]map[string]bool // upload ID -> keys
+	// reserved holds the declared size of each staged, uncommitted
+	// upload; reservedBytes their sum (the staging budget).
+	reserved      map[string]int64
+	reservedBytes int64
+	byID          map[string]map[string]bool // upload ID -> keys
 	// drainRunning marks a background drain of pool N in progress.
 	drainRunning [3]bool
 	drained      [3][]time.Time // recent drain times, for the rate
@@ -80,7 +84,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		now: deps.Now, rand: deps.Rand, wouldShed: deps.WouldShed, log: cfg.Logger,
 		region: nc.Region, nodeID: nc.ID, known: map[string]bool{},
 		upDir:   filepath.Join(cfg.StagingDir, "up"),
-		uploads: map[string]*staged{}, byID: map[string]map[string]bool{}, hold: newHoldings(),
+		uploads: map[string]*staged{}, reserved: map[string]int64{}, byID: map[string]map[string]bool{}, hold: newHoldings(),
 		kick: make(chan struct{}, 1), compactKick: make(chan struct{}, 1),
 	}
 	if deps.Router != nil {

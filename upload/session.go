@@ -194,6 +194,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 		// Abandoned past its TTL: start over rather than resume bytes the
 		// staging GC is about to remove.
 		unlock := s.lock(key)
+		s.markExpired(key, st.meta.UploadID)
 		s.forgetLocked(key, st.meta.UploadID)
 		unlock()
 		st = nil
@@ -234,6 +235,9 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 		Size: p.Size, SHA256: sum, ContentType: p.ContentType, Filename: p.Filename,
 		Deferred: shed, Created: s.now(),
 	}
+	if err := s.checkBudget(p.Size); err != nil {
+		return SessionState{}, err
+	}
 	unlock := s.lock(key)
 	defer unlock()
 	if st, err = s.staged(key); err == nil && st == nil {
@@ -242,6 +246,9 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 		}
 		if st, err = createStaged(filepath.Join(s.upDir, key), meta); err != nil {
 			s.hold.dropStaged(key)
+		} else {
+			s.reserve(key, meta.Size)
+			s.unmarkExpired(key, meta.UploadID)
 		}
 	}
 	if err != nil {
@@ -282,6 +289,11 @@ func (s *Server) sessionOf(ctx context.Context, key, user string) (*staged, Sess
 	rec, ok, err := s.findCommitted(ctx, key)
 	if err != nil {
 		return nil, SessionState{}, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
+	}
+	if !ok {
+		if eerr := s.expiredErr(key, ""); eerr != nil {
+			return nil, SessionState{}, eerr
+		}
 	}
 	if !ok || rec.User != user {
 		return nil, SessionState{}, unknown
@@ -343,6 +355,7 @@ func (s *Server) forgetLocked(key, uploadID string) {
 	}
 	s.mu.Unlock()
 	_ = os.RemoveAll(filepath.Join(s.upDir, key))
+	s.release(key)
 }
 
 func (s *Server) duplicateOutcome(rec Record) Outcome {
@@ -385,6 +398,7 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 	// Crashed after the record was written but before the marker?
 	if rec, ok, err := s.findCommitted(ctx, key); err == nil && ok {
 		_ = st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: rec.Location, At: s.now()})
+		s.release(key)
 		s.m.uploads.WithLabelValues("duplicate").Inc()
 		return s.duplicateOutcome(rec), nil
 	}
@@ -443,6 +457,7 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 		s.log.Warn("upload: commit marker", "key", key, "err", err)
 	}
 	s.hold.dropStaged(key)
+	s.release(key)
 	s.m.uploads.WithLabelValues(loc).Inc()
 	s.m.bytes.Add(float64(size))
 	out := Outcome{MediaID: rec.ID, Location: loc, Region: s.region, Variants: []*willowv1.Variant{}, State: StateProcessing}

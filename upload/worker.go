@@ -369,7 +369,7 @@ func (s *Server) pool1Loop(ctx context.Context) {
 func (s *Server) gcLoop(ctx context.Context) {
 	for {
 		s.gc()
-		if !sleep(ctx, time.Minute) {
+		if !sleep(ctx, s.cfg.GCInterval) {
 			return
 		}
 	}
@@ -388,9 +388,11 @@ func (s *Server) gc() {
 			continue
 		}
 		expired := now.Sub(meta.Created) > s.cfg.StagingTTL
+		abandoned := expired
 		if b, err := os.ReadFile(filepath.Join(dir, fileCommitted)); err == nil {
 			var c commitMarker
 			expired = json.Unmarshal(b, &c) == nil && now.Sub(c.At) > s.cfg.CommittedTTL
+			abandoned = false
 		}
 		if !expired {
 			continue
@@ -407,9 +409,15 @@ func (s *Server) gc() {
 			delete(s.byID, meta.UploadID)
 		}
 		s.mu.Unlock()
+		if abandoned {
+			s.markExpired(e.Name(), meta.UploadID)
+			s.m.uploads.WithLabelValues("expired").Inc()
+		}
 		_ = os.RemoveAll(dir)
+		s.release(e.Name())
 		unlock()
 	}
+	s.gcTombstones(now)
 }
 
 // BufferStatus implements willowv1.UploadServer.

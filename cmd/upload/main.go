@@ -64,6 +64,7 @@ type FileConfig struct {
 		CommitWait      time.Duration `yaml:"commit_wait"`
 		StoreTimeout    time.Duration `yaml:"store_timeout"`
 		StagingTTL      time.Duration `yaml:"staging_ttl"`
+		StagingBudget   int64         `yaml:"staging_budget_bytes"`
 		RetryMin        time.Duration `yaml:"retry_min"`
 		RetryMax        time.Duration `yaml:"retry_max"`
 		RetireTimeout   time.Duration `yaml:"retire_timeout"`
@@ -176,7 +177,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	srv, err := upload.New(upload.Config{
 		Secret: []byte(uc.Secret), StagingDir: uc.Staging, Limits: fc.Limits,
 		Businesses: uc.Businesses, CompressTimeout: uc.CompressTimeout, CommitWait: uc.CommitWait, StoreTimeout: uc.StoreTimeout,
-		StagingTTL: uc.StagingTTL, RetryMin: uc.RetryMin, RetryMax: uc.RetryMax, Logger: log,
+		StagingTTL: uc.StagingTTL, StagingBudgetBytes: uc.StagingBudget, RetryMin: uc.RetryMin, RetryMax: uc.RetryMax, Logger: log,
 		RetireTimeout: uc.RetireTimeout, RetireKeepPool1: uc.RetireKeepPool1,
 		ChunkIdleTimeout: uc.ChunkIdleTimeout, MaxStreamsPerConn: uc.MaxStreamsPerConn, MaxStreamsPerUser: uc.MaxStreamsPerUser,
 		MaxStagedPerConn: uc.MaxStagedPerConn, MaxStagedPerUser: uc.MaxStagedPerUser,
