@@ -372,12 +372,15 @@ func (s *Server) readStore(ctx context.Context, id media.ID, variant string) (pa
 	var err error
 	want := int64(0)
 	rg, ranged := s.store.(store.RangeGetter)
-	release := func() {}
+	// Every path gives its fill memory back, a failed read included (a
+	// variant polled before it exists must not leak budget).
 	if ranged && s.cfg.SliceBytes > 0 {
 		want = s.cfg.SliceBytes
-		if release, err = s.budget.acquire(ctx, want); err != nil {
-			return part{}, err
+		release, aerr := s.budget.acquire(ctx, want)
+		if aerr != nil {
+			return part{}, aerr
 		}
+		defer release()
 		rc, info, err = rg.GetRange(ctx, key, 0, want)
 	} else {
 		rc, info, err = s.store.Get(ctx, key)
@@ -386,16 +389,17 @@ func (s *Server) readStore(ctx context.Context, id media.ID, variant string) (pa
 			return part{}, fmt.Errorf("%w: %d bytes", ErrTooLarge, info.Size)
 		}
 		if err == nil {
-			release, err = s.budget.acquire(ctx, info.Size)
-			if err != nil {
+			release, aerr := s.budget.acquire(ctx, info.Size)
+			if aerr != nil {
 				rc.Close()
+				return part{}, aerr
 			}
+			defer release()
 		}
 	}
 	if err != nil {
 		return part{}, err
 	}
-	defer release()
 	defer rc.Close()
 	limit := s.cfg.MaxObjectBytes
 	if want > 0 {
