@@ -203,6 +203,14 @@ func SignatureProto(s urlsign.Signature) *willowv1.UrlSignature {
 }
 
 // fromPeer reports whether a Get{peer: true} may skip the signature check
-// and forwarding: only a node may (package auth; a client's peer flag is
-// ignored, so its request is checked and routed like any other).
-func (s *Server) fromPeer(ctx context.Context) bool { return auth.IsNode(ctx) }
+// and forwarding: only an authenticated node may (package auth; a client's
+// peer flag is ignored, so its request is checked and routed like any
+// other). Without an authenticated caller (a node without auth configured)
+// the flag is trusted only when downloads are not signed anyway; with URL
+// keys such a peer's fill is refused and the asking node reads origin.
+func (s *Server) fromPeer(ctx context.Context) bool {
+	if c, ok := auth.FromContext(ctx); ok {
+		return c.Class == auth.Node
+	}
+	return s.acc.keys == nil
+}
