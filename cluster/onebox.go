@@ -20,6 +20,7 @@ import (
 	"willow/client"
 	"willow/compress"
 	"willow/edgecache"
+	"willow/flex"
 	"willow/master"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
@@ -250,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
-		es, err := edgecache.New(edgecache.Config{URLKeys: cfg.URLKeys, PublicBusinesses: upload.DefaultPublicDownloads,
+		es, err := edgecache.New(edgecache.Config{URLKeys: cfg.URLKeys, PublicBusinesses: flex.PublicBusinesses(),
 			DiskDir: filepath.Join(cfg.Dir, "edgecache", en.Config().ID)}, edgecache.Deps{Node: en, Store: st, Router: router})
 		if err != nil {
 			return nil, err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"willow/compress"
+	"willow/flex"
 	"willow/media"
 )
 
@@ -99,14 +100,14 @@ func (a *agg) row(name string) string {
 func BenchmarkPhotos(b *testing.B) {
 	paths := photos(b)
 	dir := b.TempDir()
-	shipped := compress.ImageOptions{Codec: compress.CodecHEIC, Quality: defaultQuality()}
+	shipped := compress.ImageOptions{Codec: flex.CodecHEIC, Quality: defaultQuality()}
 	runs := []struct {
 		name string
 		opt  compress.ImageOptions
 	}{
 		{fmt.Sprintf("heic q%d (shipped)", shipped.Quality), shipped},
-		{"heic q70", compress.ImageOptions{Codec: compress.CodecHEIC, Quality: 70}},
-		{"jpeg q50 (flex)", compress.ImageOptions{Codec: compress.CodecJPEG, Quality: 50}},
+		{"heic q70", compress.ImageOptions{Codec: flex.CodecHEIC, Quality: 70}},
+		{"jpeg q50 (flex)", compress.ImageOptions{Codec: flex.CodecJPEG, Quality: 50}},
 	}
 	if shipped.Quality == 70 {
 		runs = runs[1:]
@@ -222,7 +223,7 @@ func BenchmarkHEICQuality(b *testing.B) {
 	paths := everyOther(photos(b))
 	dir := b.TempDir()
 	type setting struct {
-		codec string
+		codec flex.ImageCodec
 		q     int
 	}
 	settings := []setting{{"heic", 30}, {"heic", 40}, {"heic", 50}, {"heic", 55}, {"heic", 60}, {"heic", 70},
@@ -299,7 +300,7 @@ func BenchmarkHEICPreset(b *testing.B) {
 			writePNG(b, ref, large)
 			for i, st := range settings {
 				c0 := cpuNow()
-				o, err := compress.Encode(large, media.VariantLarge, compress.ImageOptions{Codec: compress.CodecHEIC, Quality: st.q, HEICPreset: st.preset})
+				o, err := compress.Encode(large, media.VariantLarge, compress.ImageOptions{Codec: flex.CodecHEIC, Quality: st.q, HEICPreset: st.preset})
 				cpuOf[i] += cpuNow() - c0
 				if err != nil {
 					b.Fatal(err)

@@ -14,16 +14,14 @@ import (
 
 	"github.com/disintegration/imaging"
 
+	"willow/flex"
 	"willow/limits"
 	"willow/media"
 )
 
-// Codecs the image pipeline encodes to.
-const (
-	CodecHEIC = "heic"
-	CodecJPEG = "jpeg"
-	CodecH264 = "h264"
-)
+// CodecH264 is the codec label of video outputs. Image codecs are the
+// image_codec knob's values, flex.CodecHEIC and flex.CodecJPEG.
+const CodecH264 = "h264"
 
 // Preset is one image rendition: its variant name and the long edge it is
 // fitted into. Images are never upscaled.
@@ -42,8 +40,8 @@ var Presets = []Preset{
 
 // ImageOptions steer Images. Zero values mean the documented defaults.
 type ImageOptions struct {
-	// Codec is CodecHEIC or CodecJPEG; default CodecHEIC.
-	Codec string
+	// Codec is flex.CodecHEIC or flex.CodecJPEG; default flex.CodecHEIC.
+	Codec flex.ImageCodec
 	// Quality is the encoder quality 1..100; default flex.DefaultImageQuality.
 	Quality int
 	// MaxPixels bounds width x height of the input; default limits.DefaultMaxPixels.
@@ -85,7 +83,7 @@ func Images(ctx context.Context, data []byte, opt ImageOptions) ([]Output, error
 
 func (o ImageOptions) withDefaults() ImageOptions {
 	if o.Codec == "" {
-		o.Codec = CodecHEIC
+		o.Codec = flex.CodecHEIC
 	}
 	if o.Quality <= 0 || o.Quality > 100 {
 		o.Quality = defaultImageQuality
@@ -251,7 +249,7 @@ func Encode(img *image.NRGBA, name string, opt ImageOptions) (Output, error) {
 	opt = opt.withDefaults()
 	w, h := img.Rect.Dx(), img.Rect.Dy()
 	switch opt.Codec {
-	case CodecJPEG:
+	case flex.CodecJPEG:
 		var buf bytes.Buffer
 		// An opaque NRGBA has the same bytes as RGBA, which image/jpeg
 		// encodes on its fast path.
@@ -259,13 +257,13 @@ func Encode(img *image.NRGBA, name string, opt ImageOptions) (Output, error) {
 		if err := jpeg.Encode(&buf, rgba, &jpeg.Options{Quality: opt.Quality}); err != nil {
 			return Output{}, fmt.Errorf("encode jpeg: %w", err)
 		}
-		return newOutput(name, CodecJPEG, opt.Quality, w, h, "image/jpeg", buf.Bytes()), nil
-	case CodecHEIC:
+		return newOutput(name, string(flex.CodecJPEG), opt.Quality, w, h, "image/jpeg", buf.Bytes()), nil
+	case flex.CodecHEIC:
 		b, err := encodeHEIC(img, opt.Quality, opt.HEICPreset)
 		if err != nil {
 			return Output{}, fmt.Errorf("encode heic: %w", err)
 		}
-		return newOutput(name, CodecHEIC, opt.Quality, w, h, "image/heic", b), nil
+		return newOutput(name, string(flex.CodecHEIC), opt.Quality, w, h, "image/heic", b), nil
 	}
 	return Output{}, fmt.Errorf("unknown image codec %q", opt.Codec)
 }

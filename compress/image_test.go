@@ -16,12 +16,13 @@ import (
 	"time"
 
 	"willow/compress"
+	"willow/flex"
 	"willow/internal/testenv"
 )
 
 func TestCheckHeader(t *testing.T) {
 	heic, err := compress.Images(context.Background(), jpegOf(t, gradient(640, 480), 90),
-		compress.ImageOptions{Codec: compress.CodecHEIC, Quality: 50})
+		compress.ImageOptions{Codec: flex.CodecHEIC, Quality: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestDecodeBadInput(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = compress.Images(context.Background(), b, compress.ImageOptions{Codec: compress.CodecJPEG})
+			_, err = compress.Images(context.Background(), b, compress.ImageOptions{Codec: flex.CodecJPEG})
 			if !errors.Is(err, tt.err) {
 				t.Fatalf("err = %v, want %v", err, tt.err)
 			}
@@ -91,14 +92,14 @@ func TestPresetDimensions(t *testing.T) {
 	tests := []struct {
 		name  string
 		w, h  int
-		codec string
+		codec flex.ImageCodec
 		want  [][2]int // large, medium, thumb
 	}{
-		{"landscape 3000x2000", 3000, 2000, compress.CodecJPEG, [][2]int{{1920, 1280}, {1080, 720}, {240, 160}}},
-		{"portrait 1500x2500", 1500, 2500, compress.CodecJPEG, [][2]int{{1152, 1920}, {648, 1080}, {144, 240}}},
-		{"between presets 1200x900", 1200, 900, compress.CodecJPEG, [][2]int{{1200, 900}, {1080, 810}, {240, 180}}},
-		{"small is never upscaled", 200, 100, compress.CodecJPEG, [][2]int{{200, 100}, {200, 100}, {200, 100}}},
-		{"heic odd sizes", 1001, 667, compress.CodecHEIC, [][2]int{{1001, 667}, {1001, 667}, {240, 160}}},
+		{"landscape 3000x2000", 3000, 2000, flex.CodecJPEG, [][2]int{{1920, 1280}, {1080, 720}, {240, 160}}},
+		{"portrait 1500x2500", 1500, 2500, flex.CodecJPEG, [][2]int{{1152, 1920}, {648, 1080}, {144, 240}}},
+		{"between presets 1200x900", 1200, 900, flex.CodecJPEG, [][2]int{{1200, 900}, {1080, 810}, {240, 180}}},
+		{"small is never upscaled", 200, 100, flex.CodecJPEG, [][2]int{{200, 100}, {200, 100}, {200, 100}}},
+		{"heic odd sizes", 1001, 667, flex.CodecHEIC, [][2]int{{1001, 667}, {1001, 667}, {240, 160}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,10 +116,10 @@ func TestPresetDimensions(t *testing.T) {
 				if o.Name != names[i] || o.Width != tt.want[i][0] || o.Height != tt.want[i][1] {
 					t.Errorf("%s: %dx%d, want %s %dx%d", o.Name, o.Width, o.Height, names[i], tt.want[i][0], tt.want[i][1])
 				}
-				if o.Codec != tt.codec || o.Quality != 60 || len(o.Data) == 0 || len(o.SHA256) != 64 {
+				if o.Codec != string(tt.codec) || o.Quality != 60 || len(o.Data) == 0 || len(o.SHA256) != 64 {
 					t.Errorf("%s: codec %s q%d %d bytes", o.Name, o.Codec, o.Quality, len(o.Data))
 				}
-				if tt.codec == compress.CodecJPEG {
+				if tt.codec == flex.CodecJPEG {
 					img, _, err := image.Decode(bytes.NewReader(o.Data))
 					if err != nil || img.Bounds().Dx() != o.Width || img.Bounds().Dy() != o.Height {
 						t.Errorf("%s: decoded %v, %v", o.Name, img.Bounds(), err)
@@ -146,7 +147,7 @@ func TestOrientations(t *testing.T) {
 	for o := 1; o <= 8; o++ {
 		t.Run("orientation "+strconv.Itoa(o), func(t *testing.T) {
 			outs, err := compress.Images(context.Background(), orientFixture(t, o),
-				compress.ImageOptions{Codec: compress.CodecJPEG, Quality: 95})
+				compress.ImageOptions{Codec: flex.CodecJPEG, Quality: 95})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,7 +189,7 @@ func TestHEICDecodesWithHeifConvert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := compress.Images(context.Background(), src, compress.ImageOptions{Codec: compress.CodecHEIC, Quality: 70})
+	outs, err := compress.Images(context.Background(), src, compress.ImageOptions{Codec: flex.CodecHEIC, Quality: 70})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestHEICDecodesWithHeifConvert(t *testing.T) {
 		}
 	}
 	// HEIC input: the large HEIC goes through the pipeline again.
-	again, err := compress.Images(context.Background(), outs[0].Data, compress.ImageOptions{Codec: compress.CodecJPEG, Quality: 80})
+	again, err := compress.Images(context.Background(), outs[0].Data, compress.ImageOptions{Codec: flex.CodecJPEG, Quality: 80})
 	if err != nil {
 		t.Fatalf("heic input: %v", err)
 	}
@@ -239,8 +240,8 @@ func TestMemoryBound(t *testing.T) {
 	const limit = 512 << 20
 	// Only the JPEG codec: both paths share decode and resize, and x265's
 	// memory is C memory that MemStats does not see.
-	for _, codec := range []string{compress.CodecJPEG} {
-		t.Run(codec, func(t *testing.T) {
+	for _, codec := range []flex.ImageCodec{flex.CodecJPEG} {
+		t.Run(string(codec), func(t *testing.T) {
 			runtime.GC()
 			var before runtime.MemStats
 			runtime.ReadMemStats(&before)

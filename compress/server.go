@@ -176,7 +176,7 @@ func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*
 	cpu0 := processCPU()
 	var outs []Output
 	var cpu time.Duration
-	codec := knobs.ImageCodec
+	codec := string(knobs.ImageCodec)
 	if kind == willowv1.Kind_KIND_IMAGE {
 		outs, err = s.image(ctx, req, knobs)
 		cpu = processCPU() - cpu0

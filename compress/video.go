@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"willow/flex"
 	"willow/limits"
 	"willow/media"
 )
@@ -173,7 +174,7 @@ func Video(ctx context.Context, src io.Reader, opt VideoOptions) (VideoResult, e
 	}
 	res.Outputs = []Output{
 		newOutput(media.VariantVideo, CodecH264, kbps, op.Width, op.Height, "video/mp4", vb),
-		newOutput(media.VariantPoster, CodecJPEG, 0, pc.Width, pc.Height, "image/jpeg", pb),
+		newOutput(media.VariantPoster, string(flex.CodecJPEG), 0, pc.Width, pc.Height, "image/jpeg", pb),
 	}
 	return res, nil
 }

@@ -34,7 +34,6 @@ const (
 	DefaultRefreshInterval   = 2 * time.Second
 	DefaultPeerBackoff       = 5 * time.Second
 	DefaultRetryAfter        = time.Second
-	DefaultBusiness          = "moments"
 	DefaultChunkBytes        = 64 << 10
 	DefaultMaxObjectBytes    = 512 << 20
 	DefaultSliceBytes        = 1 << 20

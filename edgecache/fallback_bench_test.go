@@ -11,6 +11,7 @@ import (
 
 	"willow/compress"
 	"willow/edgecache"
+	"willow/flex"
 	"willow/limits"
 )
 
@@ -80,7 +81,7 @@ func BenchmarkJPEGFallback(b *testing.B) {
 	for range b.N {
 		for _, p := range photos {
 			for _, r := range p.rends {
-				if _, err := compress.Encode(r.img, "", compress.ImageOptions{Codec: compress.CodecJPEG, Quality: edgecache.DefaultFallbackQuality}); err != nil {
+				if _, err := compress.Encode(r.img, "", compress.ImageOptions{Codec: flex.CodecJPEG, Quality: edgecache.DefaultFallbackQuality}); err != nil {
 					b.Fatal(err)
 				}
 			}

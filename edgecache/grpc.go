@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"willow/flex"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -31,7 +32,7 @@ func (s *Server) Get(req *willowv1.GetRequest, stream willowv1.EdgeCache_GetServ
 	md, _ := metadata.FromIncomingContext(ctx)
 	who := caller{business: first(md.Get(MetadataBusiness)), user: first(md.Get(MetadataUser))}
 	if who.business == "" {
-		who.business = DefaultBusiness
+		who.business = flex.DefaultBusiness
 	}
 	peer := req.GetPeer() && s.fromPeer(ctx)
 	if !peer {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"willow/flex"
 	"willow/urlsign"
 )
 
@@ -56,7 +57,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		user = q.Get("u")
 	}
 	if business == "" {
-		business = DefaultBusiness
+		business = flex.DefaultBusiness
 	}
 	if sig.User != "" {
 		user = sig.User // who the URL was signed for

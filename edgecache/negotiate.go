@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"willow/compress"
+	"willow/flex"
 	"willow/media"
 	"willow/shedding"
 )
@@ -142,7 +143,7 @@ func jpegFallback(heic []byte, maxPixels int64, quality int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
-	out, err := compress.Encode(opaqueNRGBA(img), "", compress.ImageOptions{Codec: compress.CodecJPEG, Quality: quality})
+	out, err := compress.Encode(opaqueNRGBA(img), "", compress.ImageOptions{Codec: flex.CodecJPEG, Quality: quality})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"willow/compress"
 	"willow/edgecache"
+	"willow/flex"
 	"willow/media"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
@@ -32,7 +33,7 @@ func testHEIC(t testing.TB, w, h int) []byte {
 			img.Set(x, y, color.NRGBA{uint8(x * 255 / w), uint8(y * 255 / h), 128, 255})
 		}
 	}
-	out, err := compress.Encode(img, media.VariantThumb, compress.ImageOptions{Codec: compress.CodecHEIC})
+	out, err := compress.Encode(img, media.VariantThumb, compress.ImageOptions{Codec: flex.CodecHEIC})
 	if err != nil {
 		t.Fatalf("encode heic: %v", err)
 	}

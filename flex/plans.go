@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -64,6 +63,8 @@ type Plans struct {
 }
 
 type levelsFile struct {
+	// Businesses may repeat the business table (older files list it);
+	// another list is an error, since the table is the one list.
 	Businesses []string `yaml:"businesses"`
 	// Pointers: yaml.v3 reuses one struct value across map entries, so a
 	// map of structs with maps inside would leak knobs between levels.
@@ -94,14 +95,16 @@ func LoadPlans(data []byte) (*Plans, error) {
 	if err := yaml.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPlans, err)
 	}
-	if len(f.Businesses) == 0 {
-		return nil, fmt.Errorf("%w: no businesses listed", ErrBadPlans)
-	}
 	if _, ok := f.Levels[LevelNormal]; !ok {
 		return nil, fmt.Errorf("%w: level %q missing", ErrBadPlans, LevelNormal)
 	}
-	p := &Plans{businesses: slices.Clone(f.Businesses), levels: map[string]map[string]string{}}
-	sort.Strings(p.businesses)
+	p := &Plans{businesses: BusinessNames(), levels: map[string]map[string]string{}}
+	if len(f.Businesses) > 0 {
+		listed := slices.Sorted(slices.Values(f.Businesses))
+		if !slices.Equal(listed, p.businesses) {
+			return nil, fmt.Errorf("%w: businesses %v differ from flex's business table %v", ErrBadPlans, f.Businesses, p.businesses)
+		}
+	}
 	var resolve func(name string, seen []string) (map[string]string, error)
 	resolve = func(name string, seen []string) (map[string]string, error) {
 		if m, ok := p.levels[name]; ok {
@@ -168,23 +171,15 @@ func LoadPlans(data []byte) (*Plans, error) {
 	return p, nil
 }
 
-// defaultMap is Defaults as a knob map, with every business's shed ratio.
+// defaultMap is the normal level's knob map: every knob of knobTable at
+// its default, and every business's shed ratio at 0.
 func (p *Plans) defaultMap() map[string]string {
-	d := Defaults()
-	m := map[string]string{
-		KnobRetries:            "on",
-		KnobImageCodec:         d.ImageCodec,
-		KnobImageQuality:       strconv.Itoa(d.ImageQuality),
-		KnobVideoBitrateKbps:   strconv.Itoa(d.VideoBitrateKbps),
-		KnobPool1:              d.Pool1,
-		KnobPool2:              d.Pool2,
-		KnobStoreWriteBudget:   fmtFloat(d.StoreWriteBudget),
-		KnobPool1DrainPerS:     fmtFloat(d.Pool1DrainPerS),
-		KnobTimelineDelayRatio: fmtFloat(d.TimelineDelayRatio),
-		KnobTimelineReleasePS:  fmtFloat(d.TimelineReleasePerS),
+	m := map[string]string{}
+	for _, spec := range knobTable {
+		m[spec.name] = spec.def
 	}
 	for _, b := range p.businesses {
-		m[ShedRatioPrefix+b] = "0"
+		m[ShedRatioPrefix+b] = shedRatioSpec.def
 	}
 	return m
 }
@@ -216,7 +211,7 @@ func (p *Plans) Plan(level string) (map[string]string, error) {
 
 // KnobNames returns every valid knob name, sorted.
 func (p *Plans) KnobNames() []string {
-	names := slices.Clone(globalKnobs)
+	names := globalKnobNames()
 	for _, b := range p.businesses {
 		names = append(names, ShedRatioPrefix+b)
 	}
@@ -224,81 +219,37 @@ func (p *Plans) KnobNames() []string {
 	return names
 }
 
-var globalKnobs = []string{
-	KnobRetries, KnobImageCodec, KnobImageQuality, KnobVideoBitrateKbps, KnobPool1, KnobPool2,
-	KnobStoreWriteBudget, KnobPool1DrainPerS, KnobTimelineDelayRatio, KnobTimelineReleasePS,
-}
-
 // Validate checks one knob value. It returns a *KnobError naming the knob
-// and its allowed values: ratios in [0,1], image_quality in [10,95],
-// video_bitrate_kbps between 300 and the normal level's value, enums among
-// their values, shed_ratio.BUSINESS for known businesses only.
+// and its allowed values (knobTable): ratios in [0,1], image_quality in
+// [10,95], video_bitrate_kbps between 300 and the normal level's value,
+// enums among their values, shed_ratio.BUSINESS for known businesses only.
 func (p *Plans) Validate(knob, value string) error {
 	return p.validateWith(knob, value, p.levels[LevelNormal])
 }
-
-// Knob ranges.
-const (
-	MinImageQuality     = 10
-	MaxImageQuality     = 95
-	MinVideoBitrateKbps = 300
-	maxRate             = 1e6
-	maxBitrateKbps      = 100000
-)
 
 func (p *Plans) validateWith(knob, value string, normal map[string]string) error {
 	kerr := func(allowed string, err error) error {
 		return &KnobError{Knob: knob, Value: value, Allowed: allowed, Err: err}
 	}
-	enum := func(vals ...string) error {
-		if slices.Contains(vals, value) {
-			return nil
-		}
-		return kerr("one of "+strings.Join(vals, "|"), ErrOutOfRange)
-	}
-	intRange := func(lo, hi int) error {
-		n, err := strconv.Atoi(value)
-		if err != nil || n < lo || n > hi {
-			return kerr(fmt.Sprintf("an integer in [%d,%d]", lo, hi), ErrOutOfRange)
-		}
-		return nil
-	}
-	floatRange := func(lo, hi float64) error {
-		f, err := strconv.ParseFloat(value, 64)
-		if err != nil || math.IsNaN(f) || f < lo || f > hi {
-			return kerr(fmt.Sprintf("a number in [%s,%s]", fmtFloat(lo), fmtFloat(hi)), ErrOutOfRange)
-		}
-		return nil
-	}
-	switch knob {
-	case KnobRetries:
-		return enum("on", "off")
-	case KnobImageCodec:
-		return enum("heic", "jpeg")
-	case KnobImageQuality:
-		return intRange(MinImageQuality, MaxImageQuality)
-	case KnobVideoBitrateKbps:
-		hi := maxBitrateKbps // the normal plan itself
-		if normal != nil {
-			if n, err := strconv.Atoi(normal[KnobVideoBitrateKbps]); err == nil {
-				hi = n
-			}
-		}
-		return intRange(MinVideoBitrateKbps, hi)
-	case KnobPool1, KnobPool2:
-		return enum("off", "auto", "force")
-	case KnobStoreWriteBudget:
-		return floatRange(1, maxRate)
-	case KnobPool1DrainPerS, KnobTimelineReleasePS:
-		return floatRange(0, maxRate)
-	case KnobTimelineDelayRatio:
-		return floatRange(0, 1)
-	}
-	if b, ok := strings.CutPrefix(knob, ShedRatioPrefix); ok {
-		if !slices.Contains(p.businesses, b) {
+	spec, ok := knobSpecs[knob]
+	if !ok {
+		b, isShed := strings.CutPrefix(knob, ShedRatioPrefix)
+		switch {
+		case !isShed:
+			return kerr(strings.Join(append(globalKnobNames(), ShedRatioPrefix+"BUSINESS"), "|"), ErrUnknownKnob)
+		case !slices.Contains(p.businesses, b):
 			return kerr(strings.Join(p.businesses, "|"), ErrUnknownBusiness)
 		}
-		return floatRange(0, 1)
+		spec = &shedRatioSpec
 	}
-	return kerr(strings.Join(append(slices.Clone(globalKnobs), ShedRatioPrefix+"BUSINESS"), "|"), ErrUnknownKnob)
+	var hi float64 // the normal plan's own value bounds the levels'
+	if spec.maxIsNormal && normal != nil {
+		if n, err := strconv.ParseFloat(normal[knob], 64); err == nil {
+			hi = n
+		}
+	}
+	if allowed, ok := spec.check(value, hi); !ok {
+		return kerr(allowed, ErrOutOfRange)
+	}
+	return nil
 }

@@ -92,14 +92,14 @@ func TestValidate(t *testing.T) {
 
 func TestLoadPlansRejects(t *testing.T) {
 	tests := []struct{ name, yaml, msg string }{
-		{"unknown knob", "businesses: [a]\nlevels:\n  normal: {}\n  blue:\n    knobs: {jpeg_q: '5'}\n", `level "blue": unknown knob "jpeg_q"`},
-		{"unknown business", "businesses: [a]\nlevels:\n  normal: {}\n  red:\n    knobs: {shed_ratio.b: '0.5'}\n", "shed_ratio.b: unknown business"},
-		{"out of range", "businesses: [a]\nlevels:\n  normal: {}\n  red:\n    knobs: {timeline_delay_ratio: '3'}\n", "timeline_delay_ratio"},
-		{"bitrate over normal", "businesses: [a]\nlevels:\n  normal: {}\n  blue:\n    knobs: {video_bitrate_kbps: '2000'}\n", "[300,1800]"},
-		{"missing normal", "businesses: [a]\nlevels:\n  blue: {}\n", `level "normal" missing`},
-		{"unknown base", "businesses: [a]\nlevels:\n  normal: {}\n  blue: {base: green}\n", `"green": unknown base`},
-		{"cycle", "businesses: [a]\nlevels:\n  normal: {}\n  x: {base: y}\n  y: {base: x}\n", "cycle"},
-		{"no businesses", "levels:\n  normal: {}\n", "no businesses"},
+		{"unknown knob", "levels:\n  normal: {}\n  blue:\n    knobs: {jpeg_q: '5'}\n", `level "blue": unknown knob "jpeg_q"`},
+		{"unknown business", "levels:\n  normal: {}\n  red:\n    knobs: {shed_ratio.b: '0.5'}\n", "shed_ratio.b: unknown business"},
+		{"out of range", "levels:\n  normal: {}\n  red:\n    knobs: {timeline_delay_ratio: '3'}\n", "timeline_delay_ratio"},
+		{"bitrate over normal", "levels:\n  normal: {}\n  blue:\n    knobs: {video_bitrate_kbps: '2000'}\n", "[300,1800]"},
+		{"missing normal", "levels:\n  blue: {}\n", `level "normal" missing`},
+		{"unknown base", "levels:\n  normal: {}\n  blue: {base: green}\n", `"green": unknown base`},
+		{"cycle", "levels:\n  normal: {}\n  x: {base: y}\n  y: {base: x}\n", "cycle"},
+		{"another business list", "businesses: [a]\nlevels:\n  normal: {}\n", "differ from flex's business table"},
 		{"not yaml", "{{", "bad levels file"},
 	}
 	for _, tt := range tests {
@@ -111,12 +111,58 @@ func TestLoadPlansRejects(t *testing.T) {
 		})
 	}
 	// A faster normal bitrate raises the ceiling of the other levels.
-	p, err := flex.LoadPlans([]byte("businesses: [a]\nlevels:\n  normal:\n    knobs: {video_bitrate_kbps: '2500'}\n  blue:\n    knobs: {video_bitrate_kbps: '2000'}\n"))
+	p, err := flex.LoadPlans([]byte("levels:\n  normal:\n    knobs: {video_bitrate_kbps: '2500'}\n  blue:\n    knobs: {video_bitrate_kbps: '2000'}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Validate("video_bitrate_kbps", "2400"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestBusinessTableIsTheOneList(t *testing.T) {
+	p := flex.DefaultPlans()
+	if got, want := strings.Join(p.Businesses(), ","), strings.Join(flex.BusinessNames(), ","); got != want {
+		t.Fatalf("plans' businesses %s, table %s", got, want)
+	}
+	prio := flex.Priorities()
+	for _, b := range flex.Businesses() {
+		if err := p.Validate("shed_ratio."+b.Name, "0.5"); err != nil {
+			t.Errorf("shed_ratio.%s: %v", b.Name, err)
+		}
+		if prio[b.Name] != b.Priority || !flex.KnownBusiness(b.Name) {
+			t.Errorf("%s: priority %d, known %v", b.Name, prio[b.Name], flex.KnownBusiness(b.Name))
+		}
+	}
+	if !flex.KnownBusiness(flex.DefaultBusiness) || flex.KnownBusiness("games") {
+		t.Error("KnownBusiness")
+	}
+	// A levels file that repeats the table is still accepted.
+	if _, err := flex.LoadPlans([]byte("businesses: [prefetch, moments, comment, avatar]\nlevels:\n  normal: {}\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNormalPlanIsTheDefaults(t *testing.T) {
+	p := flex.DefaultPlans()
+	normal, err := p.Plan(flex.LevelNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range normal {
+		if err := p.Validate(name, v); err != nil {
+			t.Errorf("default %s=%q: %v", name, v, err)
+		}
+	}
+	st, err := p.Render(flex.Setting{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := flex.Effective(st, "a", ""), flex.Defaults()
+	if got.ImageCodec != flex.CodecHEIC || got.Pool1 != flex.PoolAuto || got.Pool2 != want.Pool2 || got.ImageQuality != want.ImageQuality ||
+		got.VideoBitrateKbps != want.VideoBitrateKbps || got.StoreWriteBudget != want.StoreWriteBudget || !got.Retries ||
+		got.TimelineReleasePerS != want.TimelineReleasePerS || got.Pool1DrainPerS != want.Pool1DrainPerS {
+		t.Fatalf("normal rendered %+v, Defaults %+v", got, want)
 	}
 }
 

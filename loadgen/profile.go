@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"willow/flex"
 )
 
 // Profile is a load profile.
@@ -33,7 +35,8 @@ type Phase struct {
 	UploadRateEnd float64 `yaml:"upload_rate_end" json:"upload_rate_end,omitempty"`
 	// VideoShare is the fraction of uploads that are videos.
 	VideoShare float64 `yaml:"video_share" json:"video_share"`
-	// Businesses is the business mix of uploads (weights); default moments.
+	// Businesses is the business mix of uploads (weights); default
+	// flex.DefaultBusiness.
 	Businesses map[string]float64 `yaml:"businesses" json:"businesses"`
 	// Users is the user population; default 1000.
 	Users int `yaml:"users" json:"users"`
@@ -177,7 +180,7 @@ func (p *Profile) Validate() error {
 			ph.ZipfAlpha = 0.8
 		}
 		if len(ph.Businesses) == 0 {
-			ph.Businesses = map[string]float64{"moments": 1}
+			ph.Businesses = map[string]float64{flex.DefaultBusiness: 1}
 		}
 		sum := 0.0
 		for b, w := range ph.Businesses {

@@ -523,9 +523,10 @@ func TestLevelsFile(t *testing.T) {
 		tests := []struct {
 			name, yaml, err string
 		}{
-			{"unknown knob", "businesses: [moments]\nlevels:\n  normal: {}\n  red:\n    knobs: {turbo: 'on'}\n", `level "red": unknown knob "turbo"`},
-			{"bad ratio", "businesses: [moments]\nlevels:\n  normal: {}\n  red:\n    knobs: {shed_ratio.moments: '2'}\n", "shed_ratio.moments"},
-			{"ok", "businesses: [moments, games]\nlevels:\n  normal: {}\n  red:\n    knobs: {shed_ratio.games: '1'}\n", ""},
+			{"unknown knob", "levels:\n  normal: {}\n  red:\n    knobs: {turbo: 'on'}\n", `level "red": unknown knob "turbo"`},
+			{"bad ratio", "levels:\n  normal: {}\n  red:\n    knobs: {shed_ratio.moments: '2'}\n", "shed_ratio.moments"},
+			{"another business list", "businesses: [moments, games]\nlevels:\n  normal: {}\n", "flex's business table"},
+			{"ok", "levels:\n  normal: {}\n  red:\n    knobs: {shed_ratio.comment: '1'}\n", ""},
 		}
 		for i, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -548,7 +549,7 @@ func TestLevelsFile(t *testing.T) {
 					t.Fatal(err)
 				}
 				resp, err := s.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Token: token, Reason: "x", Level: "red"})
-				if err != nil || resp.GetFlex().GetKnobs()["shed_ratio.games"] != "1" {
+				if err != nil || resp.GetFlex().GetKnobs()["shed_ratio.comment"] != "1" {
 					t.Fatalf("red from the custom file: %v %v", resp, err)
 				}
 			})

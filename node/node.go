@@ -303,6 +303,16 @@ func New(cfg Config) (*Node, error) {
 // Shedder is the node's admission policy, nil when Config.Shed was nil.
 func (n *Node) Shedder() *shedding.Shedder { return n.shedder }
 
+// UserHash is the cluster's one user hash, keyed by Config.Shed.UserKey
+// (default shedding.DefaultUserKey): services that rank, shed or hold
+// users read it, so they pick the same users.
+func (n *Node) UserHash() shedding.UserHash {
+	if n.shedder != nil {
+		return n.shedder.UserHash()
+	}
+	return shedding.NewUserHash(nil)
+}
+
 // Guard is the node's call guard: each service declares its method table
 // on it (Guard().Declare) when it registers.
 func (n *Node) Guard() *auth.Guard { return n.guard }

@@ -53,7 +53,7 @@ func WithLevelTTL(d time.Duration) ClientOption { return func(c *clientConfig) {
 // level last heard from each callee address.
 type client struct {
 	cfg     clientConfig
-	key     sipKey
+	hash    UserHash
 	nBiz    int
 	callees sync.Map // target -> *callee
 }
@@ -71,7 +71,7 @@ func newClient(opts []ClientOption) *client {
 	for _, o := range opts {
 		o(&c.cfg)
 	}
-	c.key = deriveKey(c.cfg.userKey)
+	c.hash = NewUserHash(c.cfg.userKey)
 	maxP := 0
 	for _, p := range c.cfg.prio {
 		maxP = max(maxP, p)
@@ -118,7 +118,7 @@ func (c *client) drop(target, method, business, user string) (level int, dropped
 	if !ok {
 		p = c.nBiz
 	}
-	return level, compoundKey(p, c.key.sum64(user, uint64(now.Unix()/3600))) > level
+	return level, compoundKey(p, c.hash.Sum(user, now)) > level
 }
 
 func (c *client) learn(target, method string, hdr metadata.MD) {

@@ -2,8 +2,6 @@ package shedding
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -53,10 +51,8 @@ const (
 )
 
 // DefaultPriorities is the business priority table used when
-// Config.Priorities is nil (1 = highest).
-func DefaultPriorities() map[string]int {
-	return map[string]int{"moments": 1, "comment": 2, "avatar": 3, "prefetch": 4}
-}
+// Config.Priorities is nil (1 = highest): flex's business table.
+func DefaultPriorities() map[string]int { return flex.Priorities() }
 
 // Config configures a Shedder. The zero value means the defaults.
 type Config struct {
@@ -108,7 +104,7 @@ type Shedder struct {
 	prio      map[string]int
 	nBiz      int // priority of unknown businesses (= lowest)
 	maxLevel  int32
-	key       sipKey
+	hash      UserHash
 	knobsFn   func() flex.Knobs
 	now       func() time.Time
 	rnd       func() uint64
@@ -197,7 +193,7 @@ func New(cfg Config, deps Deps) (*Shedder, error) {
 		s.levelMD[i] = metadata.Pairs(HeaderAdmitLevel, strconv.Itoa(i))
 	}
 	s.level.Store(s.maxLevel)
-	s.key = deriveKey(cfg.UserKey)
+	s.hash = NewUserHash(cfg.UserKey)
 	for _, m := range cfg.Deferred {
 		s.deferred[m] = true
 	}
@@ -231,18 +227,13 @@ func New(cfg Config, deps Deps) (*Shedder, error) {
 	return s, nil
 }
 
-func deriveKey(k []byte) sipKey {
-	sum := sha256.Sum256(k)
-	return sipKey{binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])}
-}
-
 // userHash is the keyed hash of (user, hour). An empty user draws a random
 // value, so anonymous requests spread over all user priorities.
-func userHash(k sipKey, user string, now time.Time, rnd func() uint64) uint64 {
+func userHash(h UserHash, user string, now time.Time, rnd func() uint64) uint64 {
 	if user == "" {
 		return rnd()
 	}
-	return k.sum64(user, uint64(now.Unix()/3600))
+	return h.Sum(user, now)
 }
 
 // compoundKey is the DAGOR level of a request: business priority major,
@@ -252,13 +243,9 @@ func compoundKey(bizPrio int, h uint64) int {
 }
 
 // UserPriority returns the priority (0 = highest .. 127) of user at time
-// now under key: a keyed hash of the user ID and the hour, so one user's
-// requests share a fate within an hour and not forever.
+// now under key (empty: DefaultUserKey): NewUserHash(key).Priority.
 func UserPriority(key []byte, user string, now time.Time) int {
-	if len(key) == 0 {
-		key = []byte(DefaultUserKey)
-	}
-	return int(deriveKey(key).sum64(user, uint64(now.Unix()/3600)) >> 57)
+	return NewUserHash(key).Priority(user, now)
 }
 
 // Admit takes one admission decision for a request of business and user
@@ -289,13 +276,11 @@ func (s *Shedder) admit(business, user string) (reason string, ok bool, bi, key 
 		p = s.nBiz
 	}
 	bi = p - 1
-	h := userHash(s.key, user, now, s.rnd)
-	if r := s.knobs.Load().ratio[business]; r > 0 {
-		// The top r of the hash range is the lowest user priority: those
-		// users are shed, the same ones for the whole hour.
-		if r >= 1 || float64(h>>11)*(1.0/(1<<53)) >= 1-r {
-			return ReasonShedRatio, false, bi, -1
-		}
+	h := userHash(s.hash, user, now, s.rnd)
+	// The fraction r of least user priority is shed (UserHash.InRatio),
+	// the same users for the whole hour.
+	if r := s.knobs.Load().ratio[business]; inRatio(h, r) {
+		return ReasonShedRatio, false, bi, -1
 	}
 	k := compoundKey(p, h)
 	s.hist[k].Add(1)
@@ -307,6 +292,9 @@ func (s *Shedder) admit(business, user string) (reason string, ok bool, bi, key 
 	}
 	return "", true, bi, k
 }
+
+// UserHash is the user hash this shedder ranks users by.
+func (s *Shedder) UserHash() UserHash { return s.hash }
 
 // ApplyKnobs installs k at once (node.OnKnobs may call it), instead of
 // waiting up to KnobRefresh for the next read of Deps.Knobs.

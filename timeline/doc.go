@@ -34,9 +34,10 @@
 //   - Publish is idempotent per (author, post ID): a retry, or a concurrent
 //     duplicate, yields one item per inbox; the first publish's media and
 //     time win.
-//   - A user is delayed when HashUnit(user) < timeline_delay_ratio; the
-//     hash is FNV-1a 64 with a splitmix64 finalizer, the same in every
-//     process and release. Authors always see their own posts at once.
+//   - A user is delayed when the cluster's user hash (node.UserHash,
+//     shedding.UserHash.InRatio) puts them among the timeline_delay_ratio
+//     of least priority this hour: the same users shed_ratio sheds at the
+//     edge and the upload front. Authors always see their own posts at once.
 //   - A user's items become visible in publish order: while a user has
 //     held items, new items queue behind them even if the user is no
 //     longer delayed.

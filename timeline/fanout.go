@@ -10,7 +10,7 @@ import (
 // target is one user a post goes to.
 type target struct {
 	user string
-	unit float64 // HashUnit(user)
+	unit float64 // node.UserHash().Unit(user, now)
 	mode string  // publishScript's: "a" author, "d" deliver, "h" hold
 }
 

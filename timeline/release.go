@@ -222,10 +222,11 @@ func (s *Server) reindex(ctx context.Context, users []any) error {
 		return fmt.Errorf("held recheck: %w", err)
 	}
 	var units, ages []redis.Z
-	now := float64(s.now().UnixMilli())
+	at, hash := s.now(), s.node.UserHash()
+	now := float64(at.UnixMilli())
 	for i, u := range users {
 		if exists[i].Val() > 0 {
-			units = append(units, redis.Z{Score: HashUnit(u.(string)), Member: u})
+			units = append(units, redis.Z{Score: hash.Unit(u.(string), at), Member: u})
 			ages = append(ages, redis.Z{Score: now, Member: u})
 		}
 	}

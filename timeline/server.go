@@ -378,8 +378,9 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 		return d, h, nil
 	}
 	ratio := s.node.Knobs().TimelineDelayRatio
+	hash, now := s.node.UserHash(), s.now()
 	seen := map[string]bool{author: true}
-	batch := []target{{user: author, unit: HashUnit(author), mode: "a"}}
+	batch := []target{{user: author, unit: hash.Unit(author, now), mode: "a"}}
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -404,8 +405,8 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 				continue
 			}
 			seen[u] = true
-			t := target{user: u, unit: HashUnit(u), mode: "d"}
-			if t.unit < ratio {
+			t := target{user: u, unit: hash.Unit(u, now), mode: "d"}
+			if t.unit < ratio { // hash.InRatio(u, now, ratio)
 				t.mode = "h"
 			}
 			batch = append(batch, t)

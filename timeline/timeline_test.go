@@ -20,6 +20,7 @@ import (
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 	"willow/timeline"
 )
 
@@ -161,36 +162,30 @@ func waitDrained(t *testing.T, c willowv1.TimelineClient, within time.Duration) 
 	}
 }
 
-// delayedUser returns a user ID delayed at ratio r, and one that is not.
-func users(r float64) (delayed, free string) {
-	for i := 0; delayed == "" || free == ""; i++ {
+// users returns a user ID delayed at ratio r, and one that is not.
+func users(r float64) (held, free string) { return usersAt(r, time.Now()) }
+
+// usersAt is users for a service whose clock reads now.
+func usersAt(r float64, now time.Time) (held, free string) {
+	for i := 0; held == "" || free == ""; i++ {
 		u := fmt.Sprintf("u%d", i)
-		if timeline.Delayed(u, r) {
-			if delayed == "" {
-				delayed = u
+		if shedding.NewUserHash(nil).InRatio(u, now, r) {
+			if held == "" {
+				held = u
 			}
 		} else if free == "" {
 			free = u
 		}
 	}
-	return delayed, free
+	return held, free
 }
 
-func TestHashUnitRatio(t *testing.T) {
-	// Golden values: the hash must never change between releases, or
-	// users would move in and out of the delayed set on upgrade.
-	for user, want := range map[string]float64{
-		"alice": 0.7727254287806008, "bob": 0.43172376243014743, "u1": 0.4428690363071497,
-	} {
-		if got := timeline.HashUnit(user); got != want || got < 0 || got >= 1 {
-			t.Errorf("HashUnit(%q) = %v", user, got)
-		}
-	}
+func TestDelayedRatio(t *testing.T) {
 	for _, r := range []float64{0, 0.1, 0.3, 0.5, 0.7, 1} {
 		t.Run(fmt.Sprint(r), func(t *testing.T) {
 			held := 0
 			for i := range 10000 {
-				if timeline.Delayed(fmt.Sprintf("user-%d", i), r) {
+				if delayed(fmt.Sprintf("user-%d", i), r) {
 					held++
 				}
 			}
@@ -199,6 +194,12 @@ func TestHashUnitRatio(t *testing.T) {
 			}
 		})
 	}
+}
+
+// delayed reports whether the service holds user's items at ratio r now:
+// the cluster's user hash with the default key (the test nodes').
+func delayed(user string, r float64) bool {
+	return shedding.NewUserHash(nil).InRatio(user, time.Now(), r)
 }
 
 func TestRatioAccuracyPublish(t *testing.T) {
@@ -212,7 +213,7 @@ func TestRatioAccuracyPublish(t *testing.T) {
 		for i := range n {
 			u := fmt.Sprintf("user-%d", i)
 			members[i] = u
-			if timeline.Delayed(u, 0.3) {
+			if delayed(u, 0.3) {
 				want++
 			}
 		}
@@ -626,7 +627,7 @@ func TestOldestHeldAge(t *testing.T) {
 		clock.Store(time.Date(2026, 2, 10, 20, 0, 0, 0, time.UTC).UnixMilli())
 		now := func() time.Time { return time.UnixMilli(clock.Load()) }
 		v := startNow(t, rdb, timeline.Config{}, now)
-		held, _ := users(0.5)
+		held, _ := usersAt(0.5, now())
 		follow(t, v.c, held, "a")
 		v.knobs(0.5, 0)
 		publish(t, v.c, "a", "p1")

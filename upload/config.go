@@ -37,15 +37,6 @@ const (
 	MaxChunkBytes = 1 << 20
 )
 
-// DefaultBusinesses are the businesses known when Config.Businesses is
-// empty.
-var DefaultBusinesses = []string{"moments", "comment", "avatar", "prefetch"}
-
-// DefaultPublicDownloads are the businesses among DefaultBusinesses whose
-// downloads are public: an edge serves them without a signed URL. Every
-// other business's downloads are signed (edgecache.Config.URLKeys).
-var DefaultPublicDownloads = []string{"avatar"}
-
 // Config configures a Server. Zero values mean the documented default.
 type Config struct {
 	// Secret is the upload-token HMAC secret; required.
@@ -58,8 +49,6 @@ type Config struct {
 	// the compress workers' limits, from the same config (package limits).
 	// Zero fields mean the limits defaults.
 	Limits limits.Limits
-	// Businesses lists the known businesses; default DefaultBusinesses.
-	Businesses []string
 	// CompressTimeout bounds one compress call; default
 	// DefaultCompressTimeout.
 	CompressTimeout time.Duration
@@ -212,9 +201,6 @@ func (c *Config) setDefaults() error {
 	defN(&c.MaxStreamsPerUser, DefaultMaxStreamsPerUser)
 	defN(&c.MaxStagedPerConn, DefaultMaxStagedPerConn)
 	defN(&c.MaxStagedPerUser, DefaultMaxStagedPerUser)
-	if len(c.Businesses) == 0 {
-		c.Businesses = DefaultBusinesses
-	}
 	if c.RetryMax < c.RetryMin {
 		return fmt.Errorf("upload: RetryMax %s < RetryMin %s", c.RetryMax, c.RetryMin)
 	}

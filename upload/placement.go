@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"willow/buffer"
+	"willow/flex"
 	"willow/media"
 	"willow/rpcstatus"
 )
@@ -35,9 +36,9 @@ func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.Rea
 	k := s.node.Knobs()
 	id := media.ID{Loc: media.LocStore, Region: s.region, Node: s.nodeID, Key: key}
 	retiring := s.retiring.Load() // a retiring front spills only when the store fails
-	if p := s.pools[1]; p != nil && !retiring && (k.Pool1 == "force" || (k.Pool1 == "auto" && deferred)) {
+	if p := s.pools[1]; p != nil && !retiring && (k.Pool1 == flex.PoolForce || (k.Pool1 == flex.PoolAuto && deferred)) {
 		cause := "force"
-		if k.Pool1 != "force" {
+		if k.Pool1 != flex.PoolForce {
 			cause = "shed"
 		}
 		id.Loc = media.LocPool1
@@ -50,10 +51,10 @@ func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.Rea
 		}
 	}
 	p2 := s.pools[2]
-	if p2 != nil && k.Pool2 != "off" && !retiring {
+	if p2 != nil && k.Pool2 != flex.PoolOff && !retiring {
 		cause := ""
 		switch {
-		case k.Pool2 == "force":
+		case k.Pool2 == flex.PoolForce:
 			cause = "force"
 		case !s.storeLim.Allow():
 			cause = "budget"
@@ -72,7 +73,7 @@ func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.Rea
 		return LocationStore, nil
 	}
 	s.log.Warn("upload: store write failed", "key", key, "err", serr)
-	if p2 != nil && k.Pool2 != "off" {
+	if p2 != nil && k.Pool2 != flex.PoolOff {
 		if err := s.toPool2(ctx, p2, id, key, rec, ra, size); err == nil {
 			s.m.spills.WithLabelValues("pool2", "store_error").Inc()
 			return LocationPool2, nil

@@ -41,7 +41,6 @@ type Server struct {
 	log       *slog.Logger
 	region    string
 	nodeID    string
-	known     map[string]bool
 	upDir     string
 
 	storeLim *rate.Limiter
@@ -82,7 +81,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: cfg, node: deps.Node, st: deps.Store, compress: deps.Compress,
 		now: deps.Now, rand: deps.Rand, wouldShed: deps.WouldShed, log: cfg.Logger,
-		region: nc.Region, nodeID: nc.ID, known: map[string]bool{},
+		region: nc.Region, nodeID: nc.ID,
 		upDir:   filepath.Join(cfg.StagingDir, "up"),
 		uploads: map[string]*staged{}, reserved: map[string]int64{}, byID: map[string]map[string]bool{}, hold: newHoldings(),
 		kick: make(chan struct{}, 1), compactKick: make(chan struct{}, 1),
@@ -102,9 +101,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	if s.log == nil {
 		s.log = deps.Node.Logger()
-	}
-	for _, b := range cfg.Businesses {
-		s.known[b] = true
 	}
 	if err := os.MkdirAll(s.upDir, 0o755); err != nil {
 		return nil, fmt.Errorf("upload: staging: %w", err)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 
+	"willow/flex"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -168,7 +169,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 	if claims.User != p.User || claims.Business != p.Business {
 		return SessionState{}, rpcstatus.New(codes.Unauthenticated, "token_invalid", "upload token is for another user or business")
 	}
-	if !s.known[p.Business] {
+	if !flex.KnownBusiness(p.Business) {
 		return SessionState{}, invalid("unknown_business", "unknown business %q", p.Business)
 	}
 	limit, err := s.sizeLimit(p.Kind)
@@ -225,7 +226,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 		case reason == shedding.ReasonShedRatio:
 			s.m.uploads.WithLabelValues("shed").Inc()
 			return SessionState{}, rpcstatus.Overload(reason, shedding.RetryAfterShedRatio, "shed: business %s over its shed_ratio", p.Business)
-		case s.pools[1] == nil || k.Pool1 == "off":
+		case s.pools[1] == nil || k.Pool1 == flex.PoolOff:
 			s.m.uploads.WithLabelValues("shed").Inc()
 			return SessionState{}, rpcstatus.Overload(reason, shedding.RetryAfterOverload, "shed: upload front overloaded")
 		}

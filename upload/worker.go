@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"willow/buffer"
+	"willow/flex"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -425,10 +426,10 @@ func (s *Server) BufferStatus(ctx context.Context, _ *willowv1.BufferStatusReque
 	k := s.node.Knobs()
 	resp := &willowv1.BufferStatusResponse{}
 	now := s.now()
-	for n, mode := range map[int]string{1: k.Pool1, 2: k.Pool2} {
-		ps := &willowv1.PoolStatus{Pool: int32(n), Node: s.nodeID, Mode: mode}
+	for n, mode := range map[int]flex.PoolMode{1: k.Pool1, 2: k.Pool2} {
+		ps := &willowv1.PoolStatus{Pool: int32(n), Node: s.nodeID, Mode: string(mode)}
 		if p := s.pools[n]; p == nil {
-			ps.Mode = "off"
+			ps.Mode = string(flex.PoolOff)
 		} else {
 			st := p.Stats()
 			ps.Items = int64(len(rawKeys(p)))

@@ -21,8 +21,8 @@ import (
 	"willow/client"
 	"willow/cmd/internal/daemon"
 	"willow/edgecache"
+	"willow/flex"
 	"willow/node"
-	"willow/upload"
 	"willow/urlsign"
 )
 
@@ -111,7 +111,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	ec := fc.EdgeCache
 	if ec.PublicBusinesses == nil {
-		ec.PublicBusinesses = upload.DefaultPublicDownloads
+		ec.PublicBusinesses = flex.PublicBusinesses()
 	}
 	if len(ec.URLKeys) == 0 {
 		log.Warn("no url_keys: downloads are not signed, every media item is served to anyone (development only)")

@@ -59,7 +59,6 @@ type FileConfig struct {
 		Staging         string        `yaml:"staging"`
 		PoolDir         string        `yaml:"pool_dir"` // pool1/ and pool2/ under it; empty disables the pools
 		Redis           string        `yaml:"redis"`
-		Businesses      []string      `yaml:"businesses"`
 		CompressTimeout time.Duration `yaml:"compress_timeout"`
 		CommitWait      time.Duration `yaml:"commit_wait"`
 		StoreTimeout    time.Duration `yaml:"store_timeout"`
@@ -176,7 +175,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	srv, err := upload.New(upload.Config{
 		Secret: []byte(uc.Secret), StagingDir: uc.Staging, Limits: fc.Limits,
-		Businesses: uc.Businesses, CompressTimeout: uc.CompressTimeout, CommitWait: uc.CommitWait, StoreTimeout: uc.StoreTimeout,
+		CompressTimeout: uc.CompressTimeout, CommitWait: uc.CommitWait, StoreTimeout: uc.StoreTimeout,
 		StagingTTL: uc.StagingTTL, StagingBudgetBytes: uc.StagingBudget, RetryMin: uc.RetryMin, RetryMax: uc.RetryMax, Logger: log,
 		RetireTimeout: uc.RetireTimeout, RetireKeepPool1: uc.RetireKeepPool1,
 		ChunkIdleTimeout: uc.ChunkIdleTimeout, MaxStreamsPerConn: uc.MaxStreamsPerConn, MaxStreamsPerUser: uc.MaxStreamsPerUser,

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"willow/client"
+	"willow/flex"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -19,7 +20,7 @@ func cmdDownload(ctx context.Context, m *Main, args []string) error {
 	out := fs.String("o", "", "output file (required; - for stdout)")
 	region := fs.String("region", "a", "the caller's region")
 	user := fs.String("user", "u1", "user ID (admission and shedding decide per user)")
-	business := fs.String("business", "moments", "business the download is for")
+	business := fs.String("business", flex.DefaultBusiness, "business the download is for")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err

@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"willow/cluster"
 	"willow/internal/testenv"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+	"willow/shedding"
 	"willow/timeline"
 )
 
@@ -54,7 +56,7 @@ func TestTimelineCLI(t *testing.T) {
 	// Find a follower delayed at ratio 0.5.
 	held := ""
 	for i := 0; held == ""; i++ {
-		if u := "u" + string(rune('a'+i)); timeline.Delayed(u, 0.5) {
+		if u := "u" + string(rune('a'+i)); shedding.NewUserHash(nil).InRatio(u, time.Now(), 0.5) {
 			held = u
 		}
 	}

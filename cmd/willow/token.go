@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"willow/flex"
 	"willow/token"
 )
 
@@ -14,7 +15,7 @@ import (
 func cmdToken(ctx context.Context, m *Main, args []string) error {
 	fs, g := m.newFlags("token")
 	user := fs.String("user", "", "user the token is for (required)")
-	business := fs.String("business", "moments", "business the token is for")
+	business := fs.String("business", flex.DefaultBusiness, "business the token is for")
 	ttl := fs.Duration("ttl", time.Hour, "validity")
 	pos, err := parse(fs, args)
 	if err != nil {

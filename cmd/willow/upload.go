@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"willow/client"
+	"willow/flex"
 	"willow/token"
 )
 
@@ -16,7 +17,7 @@ func cmdUpload(ctx context.Context, m *Main, args []string) error {
 	fs, g := m.newFlags("upload")
 	uploadID := fs.String("upload-id", "", "client upload ID (default: from the content hash); only with one file")
 	user := fs.String("user", "u1", "user ID")
-	business := fs.String("business", "moments", "business")
+	business := fs.String("business", flex.DefaultBusiness, "business")
 	region := fs.String("region", "a", "the caller's region")
 	tok := fs.String("upload-token", "", "upload token (default: signed with the cluster's development secret)")
 	files, err := parse(fs, args)
