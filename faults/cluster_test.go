@@ -60,6 +60,9 @@ func repoRoot(t *testing.T) string {
 // Linux, which this check also proves).
 func freeBase(t *testing.T) int {
 	t.Helper()
+	if p, err := strconv.Atoi(os.Getenv("WILLOW_LOCAL_PORT")); err == nil && p > 0 {
+		return p // the port this machine's user was given
+	}
 	ips := []string{"127.0.0.11", "127.0.0.12", "127.0.0.20", "127.0.0.21", "127.0.0.30",
 		"127.0.1.1", "127.0.1.2", "127.0.1.11", "127.0.1.12", "127.0.1.21", "127.0.1.22",
 		"127.0.2.1", "127.0.2.2", "127.0.2.11", "127.0.2.12", "127.0.2.21", "127.0.2.22"}

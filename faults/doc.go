@@ -32,7 +32,16 @@
 // binaries with -tls-cert -tls-key -tls-ca: registration and probes work
 // over mutual TLS, plaintext and certificate-less clients are refused.
 //
-// It takes about five minutes on a 2-core box, so it runs only when
+// TestAdvertiseAndRetire (gated too, about three minutes) is the
+// multi-host rehearsal and the retire test: next to a deploy/local cluster
+// it runs a region "c" (upload front, compress, two edge caches) bound to
+// 0.0.0.0 with advertised loopback addresses (-advertise, -advertise-http,
+// $POD_IP), checks that ListNodes, Route and the edge ring carry only
+// those and that pool-2 reads through them work, then SIGTERMs the front
+// with a full pool 2 and checks that it exits by itself and every item is
+// in the S3 store with the same bytes, stored once, downloadable.
+//
+// TestFaults takes about five minutes on a 2-core box, so it runs only when
 // WILLOW_FAULTS=1 (`make test-faults` sets it); otherwise it skips with
-// that message.
+// that message. WILLOW_LOCAL_PORT, when set, is the deploy/local base port.
 package faults
