@@ -123,6 +123,10 @@ func validInfo(n *willowv1.NodeInfo) error {
 		return rpcstatus.New(codes.InvalidArgument, "region", "node %s: region missing", n.GetId())
 	case n.GetAddr() == "":
 		return rpcstatus.New(codes.InvalidArgument, "addr", "node %s: addr missing", n.GetId())
+	case node.Unspecified(n.GetAddr()) || (n.GetHttpAddr() != "" && node.Unspecified(n.GetHttpAddr())):
+		// Handing 0.0.0.0 or [::] to clients and peers would send them to
+		// themselves: the node must advertise a reachable address.
+		return rpcstatus.New(codes.InvalidArgument, "addr", "node %s: addr %s / http %s is unspecified: the node must advertise a reachable address (-advertise)", n.GetId(), n.GetAddr(), n.GetHttpAddr())
 	}
 	return nil
 }
