@@ -12,7 +12,8 @@ import (
 
 // TestRegisterRefusesUnspecifiedAddresses: the master never hands out a
 // bind-all address (a node registering 0.0.0.0 or [::] is refused), so
-// Route, the edge ring and pool-2 reads only see advertised addresses.
+// the registry behind Route, the edge ring and pool-2 reads only holds
+// advertised addresses.
 func TestRegisterRefusesUnspecifiedAddresses(t *testing.T) {
 	m := startMaster(t, testenv.StartRedis(t).Client(t), "master-1")
 	ctx := ctxT(t)
@@ -29,13 +30,13 @@ func TestRegisterRefusesUnspecifiedAddresses(t *testing.T) {
 	if _, err := m.client.Register(ctx, &willowv1.RegisterRequest{Node: &willowv1.NodeInfo{Id: "upload-a-4", Role: "upload", Region: "a", Addr: "10.0.0.4:7000"}}); err != nil {
 		t.Fatalf("Register of an advertised address: %v", err)
 	}
-	rr, err := m.client.Route(ctx, &willowv1.RouteRequest{Role: "upload", Region: "a"})
+	ls, err := m.client.ListNodes(ctx, &willowv1.ListNodesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ep := range append(rr.GetPrimary(), rr.GetSecondary()...) {
-		if ep.GetAddr() != "10.0.0.4:7000" {
-			t.Errorf("Route hands out %s (%s)", ep.GetAddr(), ep.GetNodeId())
+	for _, n := range ls.GetNodes() {
+		if n.GetNode().GetAddr() != "10.0.0.4:7000" {
+			t.Errorf("registry holds %s at %s", n.GetNode().GetId(), n.GetNode().GetAddr())
 		}
 	}
 }
