@@ -280,7 +280,10 @@ func (r *Router) Call(ctx context.Context, role, business string, fn func(ctx co
 				return err
 			}
 			if !r.budget.AllowRetry() {
-				return fmt.Errorf("%w (retry budget spent: %s)", err, rpcstatus.Line(err))
+				// RESOURCE_EXHAUSTED retry_budget, as shedding and
+				// docs/shedding.md promise; the last failure is in the text.
+				return rpcstatus.Overload(shedding.ReasonRetryBudget, shedding.RetryAfterOverload,
+					"retry budget spent; last attempt: %s", rpcstatus.Line(err))
 			}
 			if ra := rpcstatus.RetryAfter(err); ra > 0 {
 				if ra > MaxRetryAfter {

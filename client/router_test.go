@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"willow/client"
 	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
 )
 
 // fakeMaster answers Route from a fixed reply and counts calls.
@@ -132,13 +134,19 @@ func TestRetryBudgetCapsRetries(t *testing.T) {
 	addr, _ := serveMaster(t, &fakeMaster{reply: reply("on")})
 	now := time.Unix(5000, 0)
 	r := newRouter(t, addr, func() time.Time { return now })
-	var attempts, calls int
+	var attempts, calls, spent int
 	for i := 0; i < 1000; i++ {
 		calls++
-		_ = r.Call(context.Background(), "upload", "moments", func(context.Context, *grpc.ClientConn, *willowv1.Endpoint) error {
+		err := r.Call(context.Background(), "upload", "moments", func(context.Context, *grpc.ClientConn, *willowv1.Endpoint) error {
 			attempts++
 			return status.Error(codes.Unavailable, "down")
 		})
+		if rpcstatus.Reason(err) == "retry_budget" {
+			spent++
+			if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "down") {
+				t.Fatalf("over budget: %v, want RESOURCE_EXHAUSTED retry_budget naming the last error", err)
+			}
+		}
 		if i%100 == 99 {
 			now = now.Add(time.Second)
 		}
@@ -149,5 +157,8 @@ func TestRetryBudgetCapsRetries(t *testing.T) {
 	}
 	if retries == 0 {
 		t.Fatal("no retries at all: the budget should allow some")
+	}
+	if spent == 0 {
+		t.Fatal("no call failed with reason retry_budget")
 	}
 }

@@ -243,8 +243,13 @@ func fromGRPC(err error) error {
 		}
 		return fmt.Errorf("%w (%s)", ErrNotFound, status.Convert(err).Message())
 	case codes.InvalidArgument:
+		// Upload and compress send too_large as INVALID_ARGUMENT.
+		if rpcstatus.Reason(err) == "too_large" {
+			return fmt.Errorf("%w (%s)", ErrTooLarge, status.Convert(err).Message())
+		}
 		return fmt.Errorf("%w (%s)", ErrBadRequest, status.Convert(err).Message())
 	case codes.FailedPrecondition:
+		// Another edge (grpc.go) sends too_large as FAILED_PRECONDITION.
 		if rpcstatus.Reason(err) == "too_large" {
 			return fmt.Errorf("%w (%s)", ErrTooLarge, status.Convert(err).Message())
 		}

@@ -42,6 +42,13 @@ type journal interface {
 
 // fileJournal keeps one JSON file per job in a directory; each change is
 // an atomic, fsynced file write or removal.
+// The three journals.
+var (
+	_ journal = (*fileJournal)(nil)
+	_ journal = (*redisJournal)(nil)
+	_ journal = (*fallbackJournal)(nil)
+)
+
 type fileJournal struct{ dir string }
 
 func newFileJournal(dir string) (*fileJournal, error) {
