@@ -86,16 +86,11 @@ type Guard struct {
 	rules map[string]Rule
 }
 
-// ErrNoCredentials is returned by New when cfg configures no way to
-// authenticate anyone.
-var ErrNoCredentials = errors.New("auth: no cluster secret, upload secret or operators configured")
-
 // New returns a Guard verifying credentials with cfg, with PublicMethods
-// declared. It fails when cfg names no credential at all.
+// declared. Verified client certificates naming a node (CertNode) are
+// always accepted; a Config with nothing else accepts only those (it fails
+// closed). The error is reserved for invalid configurations.
 func New(cfg Config) (*Guard, error) {
-	if cfg.ClusterSecret == "" && len(cfg.UploadSecret) == 0 && cfg.Operators.Len() == 0 {
-		return nil, ErrNoCredentials
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -112,6 +107,9 @@ func Open() *Guard {
 	_ = g.Declare(PublicMethods)
 	return g
 }
+
+// Operators are the operator identities g accepts (nil: none).
+func (g *Guard) Operators() *Operators { return g.cfg.Operators }
 
 // IsOpen reports whether g was built with Open.
 func (g *Guard) IsOpen() bool { return g.open }

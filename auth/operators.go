@@ -140,3 +140,51 @@ func OperatorLine(name, tok string, roles ...Role) string {
 	}
 	return fmt.Sprintf("%s: {sha256: %s, roles: [%s]}\n", name, HashToken(tok), strings.Join(rs, ", "))
 }
+
+// With returns a copy of o with one more identity: name, the token's hash
+// and roles. It fails like ParseOperators on a bad name, an empty token,
+// bad roles or a name or token already present.
+func (o *Operators) With(name, tok string, roles ...Role) (*Operators, error) {
+	if !nameRE.MatchString(name) || tok == "" || !roleOK(roles) {
+		return nil, fmt.Errorf("auth: operator %q: need a name, a token and roles of read, oncall, admin", name)
+	}
+	out := &Operators{byName: map[string]*Identity{}}
+	h := sha256.Sum256([]byte(tok))
+	if o != nil {
+		for k, v := range o.byName {
+			if k == name || v.hash == h {
+				return nil, fmt.Errorf("auth: operator %q: name or token already present", name)
+			}
+			out.byName[k] = v
+		}
+	}
+	out.byName[name] = &Identity{Name: name, Roles: slices.Clone(roles), hash: h}
+	return out, nil
+}
+
+// Get returns the identity called name.
+func (o *Operators) Get(name string) (Identity, bool) {
+	if o == nil || o.byName[name] == nil {
+		return Identity{}, false
+	}
+	id := *o.byName[name]
+	id.Roles = slices.Clone(id.Roles)
+	return id, true
+}
+
+// WithHash returns a copy of o with id added (an identity from another
+// set: Get). Like With, a name or token already present is an error.
+func (o *Operators) WithHash(id Identity) (*Operators, error) {
+	out := &Operators{byName: map[string]*Identity{}}
+	if o != nil {
+		for k, v := range o.byName {
+			if k == id.Name || v.hash == id.hash {
+				return nil, fmt.Errorf("auth: operator %q: name or token already present", id.Name)
+			}
+			out.byName[k] = v
+		}
+	}
+	c := id
+	out.byName[id.Name] = &c
+	return out, nil
+}

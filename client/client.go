@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"willow/auth"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/shedding"
@@ -36,6 +37,24 @@ const (
 // metadata, read by the shedding interceptors (shedding.WithRequest).
 func WithRequest(ctx context.Context, business, user string) context.Context {
 	return shedding.WithRequest(ctx, business, user)
+}
+
+// WithToken returns ctx carrying tok as the call credential
+// ("authorization: Bearer TOKEN", package auth) of every call made with
+// it: the upload front checks it on Begin, Chunks, Status and Commit, the
+// master on Route, the edge on Get.
+func WithToken(ctx context.Context, tok string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, auth.MDAuthorization, "Bearer "+tok)
+}
+
+// AnonymousUser is the user Download asks Client.Token for when the
+// context names none (WithRequest).
+const AnonymousUser = "anonymous"
+
+// hasToken reports whether ctx already carries a call credential.
+func hasToken(ctx context.Context) bool {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return len(md.Get(auth.MDAuthorization)) > 0
 }
 
 // Client uploads and downloads media through a Router.
@@ -142,7 +161,7 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 	if err != nil {
 		return nil, fmt.Errorf("client: token: %w", err)
 	}
-	ctx = WithRequest(ctx, opts.Business, opts.User)
+	ctx = WithToken(WithRequest(ctx, opts.Business, opts.User), tok)
 	var res *UploadResult
 	err = c.Router.Call(ctx, "upload", opts.Business, func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error {
 		actx, cancel := context.WithTimeout(ctx, c.timeout())
@@ -301,6 +320,24 @@ func (c *Client) download(ctx context.Context, id, variant string, sig urlsign.S
 	var sigProto *willowv1.UrlSignature
 	if !sig.IsZero() {
 		sigProto = &willowv1.UrlSignature{KeyId: sig.KeyID, ExpiresUnix: sig.Expires, User: sig.User, Mac: sig.MAC}
+	}
+	if c.Token != nil && !hasToken(ctx) {
+		// Route and edge Get are client calls: present the token of the
+		// user the request context names (WithRequest), else of
+		// AnonymousUser.
+		md, _ := metadata.FromOutgoingContext(ctx)
+		user, business := AnonymousUser, ""
+		if u := md.Get(shedding.MDUser); len(u) > 0 && u[0] != "" {
+			user = u[0]
+		}
+		if b := md.Get(shedding.MDBusiness); len(b) > 0 {
+			business = b[0]
+		}
+		tok, err := c.Token(user, business)
+		if err != nil {
+			return nil, fmt.Errorf("client: token: %w", err)
+		}
+		ctx = WithToken(ctx, tok)
 	}
 	var head *willowv1.DataChunk
 	var written int64

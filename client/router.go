@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -43,6 +44,10 @@ type RouterConfig struct {
 	Region string
 	// TLS, when set, dials everything over TLS.
 	TLS *tls.Config
+	// Credentials, when set, are attached to every call on the router's
+	// connections: a node's (Node.Credentials). A client's upload token
+	// travels per call instead (Client sets it on the call's context).
+	Credentials credentials.PerRPCCredentials
 	// MaxRetries caps retries per call; default DefaultMaxRetries.
 	MaxRetries int
 	// RetryRatio is the retry budget: retries at most this fraction of
@@ -153,9 +158,14 @@ func (r *Router) Conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := r.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := node.Dial(addr, r.cfg.TLS,
+	opts := []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(shedding.UnaryClientInterceptor()),
-		grpc.WithChainStreamInterceptor(shedding.StreamClientInterceptor()))
+		grpc.WithChainStreamInterceptor(shedding.StreamClientInterceptor()),
+	}
+	if r.cfg.Credentials != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(r.cfg.Credentials))
+	}
+	c, err := node.Dial(addr, r.cfg.TLS, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"willow/auth"
 	"willow/urlsign"
 )
 
@@ -20,9 +21,14 @@ type File struct {
 	UploadSecret string `json:"upload_secret"`
 	// URLKeys sign download URLs (package urlsign): the first signs, all
 	// verify.
-	URLKeys []urlsign.Key     `json:"url_keys,omitempty"`
-	Regions map[string]Region `json:"regions"`
-	Nodes   []FileNode        `json:"nodes,omitempty"`
+	URLKeys []urlsign.Key `json:"url_keys,omitempty"`
+	// ClusterSecret is what the nodes authenticate to each other with
+	// (package auth); Operators the identities file the masters load, in
+	// which OncallToken is the developer's identity.
+	ClusterSecret string            `json:"cluster_secret,omitempty"`
+	Operators     string            `json:"operators,omitempty"`
+	Regions       map[string]Region `json:"regions"`
+	Nodes         []FileNode        `json:"nodes,omitempty"`
 }
 
 // Region lists one region's service addresses.
@@ -72,4 +78,22 @@ func (f *File) Save(path string) error {
 		return fmt.Errorf("cluster file: %w", err)
 	}
 	return os.Rename(tmp, path)
+}
+
+// DeveloperOperator is the name of the operator identity willow up and
+// deploy/local make for the developer; its token is cluster.json's
+// oncall_token.
+const DeveloperOperator = "developer"
+
+// WriteOperators writes an identities file (auth.Operators) at path
+// holding the developer's identity, role admin, with tok's hash; mode
+// 0600.
+func WriteOperators(path, tok string) error {
+	body := "# Operator identities (package auth): name: {sha256: SHA-256 of the token, roles: [read|oncall|admin]}.\n" +
+		"# Written by willow up for the developer; cluster.json's oncall_token is the developer's token.\n" +
+		auth.OperatorLine(DeveloperOperator, tok, auth.RoleAdmin)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return nil
 }

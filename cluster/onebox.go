@@ -16,6 +16,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"google.golang.org/grpc"
+
+	"willow/auth"
 	"willow/buffer"
 	"willow/client"
 	"willow/compress"
@@ -42,13 +45,18 @@ type Config struct {
 	RedisURL string
 	// Regions; default a and b.
 	Regions []string
-	// OncallToken and UploadSecret; default: kept from an existing
+	// OncallToken (the developer's operator token, role admin),
+	// UploadSecret and ClusterSecret; default: kept from an existing
 	// DIR/cluster.json, else random.
-	OncallToken  string
-	UploadSecret string
+	OncallToken   string
+	UploadSecret  string
+	ClusterSecret string
 	// URLKeys sign and verify download URLs; default: kept from an
 	// existing DIR/cluster.json, else one random key.
 	URLKeys []urlsign.Key
+	// Operators are more operator identities besides the developer's
+	// (tests add read-only ones).
+	Operators *auth.Operators
 	// Store, when set, replaces the directory store (tests use S3).
 	Store store.Store
 	// StagingTTL is the upload fronts' staging TTL (tests of expiry);
@@ -79,6 +87,7 @@ type Cluster struct {
 	failed  chan struct{} // closed when err is set
 	closers []func()
 	nodes   []*node.Node
+	auth    *auth.Config // every node's credentials
 }
 
 // Start starts the cluster and returns once every node serves and has
@@ -106,6 +115,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if len(cfg.URLKeys) == 0 {
 			cfg.URLKeys = old.URLKeys
 		}
+		if cfg.ClusterSecret == "" {
+			cfg.ClusterSecret = old.ClusterSecret
+		}
 	}
 	if cfg.OncallToken == "" {
 		cfg.OncallToken = randomHex(16)
@@ -116,8 +128,20 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if len(cfg.URLKeys) == 0 {
 		cfg.URLKeys = []urlsign.Key{urlsign.GenerateKey("dev-" + randomHex(3))}
 	}
+	if cfg.ClusterSecret == "" {
+		cfg.ClusterSecret = randomHex(32)
+	}
+	ops, err := cfg.Operators.With(DeveloperOperator, cfg.OncallToken, auth.RoleAdmin)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	opsFile := filepath.Join(cfg.Dir, "operators.yaml")
+	if err := WriteOperators(opsFile, cfg.OncallToken); err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	c = &Cluster{cfg: cfg, runCtx: runCtx, cancel: cancel, failed: make(chan struct{})}
+	c = &Cluster{cfg: cfg, runCtx: runCtx, cancel: cancel, failed: make(chan struct{}),
+		auth: &auth.Config{ClusterSecret: cfg.ClusterSecret, UploadSecret: []byte(cfg.UploadSecret), Operators: ops}}
 	// Close what started on failure: through its own variable, since
 	// every error return sets the result c to nil.
 	started := c
@@ -159,7 +183,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, err := master.New(master.Config{OncallToken: cfg.OncallToken}, master.Deps{Node: mn, Redis: rdb})
+	ms, err := master.New(master.Config{}, master.Deps{Node: mn, Redis: rdb})
 	if err != nil {
 		return nil, err
 	}
@@ -181,17 +205,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	c.File = File{
 		Master: masterAddr, Console: "http://" + consoleL.Addr().String() + "/console",
 		Redis: redisURL, OncallToken: cfg.OncallToken, UploadSecret: cfg.UploadSecret,
+		ClusterSecret: cfg.ClusterSecret, Operators: opsFile,
 		URLKeys: cfg.URLKeys, Regions: map[string]Region{},
 	}
 
 	// Regions.
 	for _, region := range cfg.Regions {
 		var reg Region
-		router, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: region})
-		if err != nil {
-			return nil, err
-		}
-		c.closers = append(c.closers, func() { router.Close() })
 
 		var cs *compress.Server
 		cn, err := c.newNode("compress-"+region+"-1", "compress", region, masterAddr, nodeLoad{queueMs: func() float64 {
@@ -225,6 +245,10 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return nil, err
 		}
 		c.closers = append(c.closers, func() { p1.Close(); p2.Close() })
+		router, err := c.router(un, masterAddr)
+		if err != nil {
+			return nil, err
+		}
 		us, err := upload.New(upload.Config{
 			Secret:     []byte(cfg.UploadSecret),
 			StagingDir: filepath.Join(cfg.Dir, "staging", un.Config().ID),
@@ -251,8 +275,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
+		erouter, err := c.router(en, masterAddr)
+		if err != nil {
+			return nil, err
+		}
 		es, err := edgecache.New(edgecache.Config{URLKeys: cfg.URLKeys, PublicBusinesses: flex.PublicBusinesses(),
-			DiskDir: filepath.Join(cfg.Dir, "edgecache", en.Config().ID)}, edgecache.Deps{Node: en, Store: st, Router: router})
+			DiskDir: filepath.Join(cfg.Dir, "edgecache", en.Config().ID)}, edgecache.Deps{Node: en, Store: st, Router: erouter})
 		if err != nil {
 			return nil, err
 		}
@@ -311,6 +339,7 @@ func (c *Cluster) newNode(id, role, region, masterAddr string, load nodeLoad) (*
 		Logger:            c.cfg.Logger,
 		Gauges:            load.gauges,
 		QueueMs:           load.queueMs,
+		Auth:              c.auth,
 	}
 	if role != "master" {
 		sc := shedding.ServiceConfig()
@@ -322,6 +351,16 @@ func (c *Cluster) newNode(id, role, region, masterAddr string, load nodeLoad) (*
 	}
 	c.nodes = append(c.nodes, n)
 	return n, nil
+}
+
+// router returns a router for n's calls, with n's credentials.
+func (c *Cluster) router(n *node.Node, masterAddr string) (*client.Router, error) {
+	r, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: n.Config().Region, Credentials: n.Credentials()})
+	if err != nil {
+		return nil, err
+	}
+	c.closers = append(c.closers, func() { r.Close() })
+	return r, nil
 }
 
 // run starts f in the background until Close.
@@ -343,7 +382,7 @@ func (c *Cluster) run(f func(context.Context) error) {
 
 // waitReady waits until the master lists every node as healthy.
 func (c *Cluster) waitReady(ctx context.Context, masterAddr string) error {
-	conn, err := node.Dial(masterAddr, nil)
+	conn, err := node.Dial(masterAddr, nil, grpc.WithPerRPCCredentials(auth.Bearer(c.cfg.OncallToken)))
 	if err != nil {
 		return err
 	}

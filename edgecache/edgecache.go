@@ -443,7 +443,7 @@ func (s *Server) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := s.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := node.Dial(addr, s.node.Config().ClientTLS)
+	c, err := s.node.Dial(addr)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"willow/auth"
 	"willow/client"
 	"willow/cluster"
 	"willow/loadgen"
@@ -38,6 +39,7 @@ type localCluster struct {
 	conn   *grpc.ClientConn
 	master willowv1.MasterClient
 	router *client.Router
+	ops    *client.Router // with the on-call token
 	client *client.Client
 	secret []byte
 	// probe uploads acknowledged so far (all steps), checked at the end.
@@ -119,7 +121,7 @@ func startCluster(t *testing.T) *localCluster {
 	}
 	c.file = f
 	c.secret = []byte(f.UploadSecret)
-	if c.conn, err = node.Dial(f.Master, nil); err != nil {
+	if c.conn, err = node.Dial(f.Master, nil, grpc.WithPerRPCCredentials(auth.Bearer(f.OncallToken))); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.conn.Close() })
@@ -128,6 +130,11 @@ func startCluster(t *testing.T) *localCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.router.Close() })
+	// Buffer status and timeline stats are operator calls.
+	if c.ops, err = client.NewRouter(client.RouterConfig{MasterAddr: f.Master, Region: "a", Credentials: auth.Bearer(f.OncallToken)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.ops.Close() })
 	keys, err := urlsign.New(f.URLKeys)
 	if err != nil {
 		t.Fatalf("cluster.json url_keys: %v", err)
@@ -157,7 +164,7 @@ func (c *localCluster) dumpLogs() {
 }
 
 func (c *localCluster) target() loadgen.Target {
-	return loadgen.Target{Client: c.client, Master: c.master, OncallToken: c.file.OncallToken, Conn: c.router.Conn}
+	return loadgen.Target{Client: c.client, Master: c.master, OncallToken: c.file.OncallToken, Conn: c.ops.Conn}
 }
 
 func (c *localCluster) pid(name string) int {
@@ -295,7 +302,7 @@ func (c *localCluster) masterAnswers(name string, timeout time.Duration) (time.D
 			want++
 		}
 	}
-	conn, err := node.Dial(addr, nil)
+	conn, err := node.Dial(addr, nil, grpc.WithPerRPCCredentials(auth.Bearer(c.file.OncallToken)))
 	if err != nil {
 		return 0, err
 	}

@@ -90,8 +90,9 @@ type record struct {
 }
 
 type acked struct {
-	id, sha string
-	video   bool
+	id, sha        string
+	video          bool
+	user, business string // the uploader: the verifier downloads as them
 }
 
 type sample struct {
@@ -365,7 +366,7 @@ func (r *runner) upload(sec int, ph *Phase) {
 	if err == nil {
 		sum := sha256.Sum256(s.Photo)
 		r.mu.Lock()
-		r.acks = append(r.acks, acked{id: res.ID, sha: hex.EncodeToString(sum[:]), video: s.Video})
+		r.acks = append(r.acks, acked{id: res.ID, sha: hex.EncodeToString(sum[:]), video: s.Video, user: user, business: business})
 		r.mu.Unlock()
 	}
 }
@@ -589,7 +590,7 @@ func (r *runner) verify(ctx context.Context) (lost, pending int) {
 func (r *runner) check(ctx context.Context, a acked, deadline time.Time) string {
 	for {
 		h := sha256.New()
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cctx, cancel := context.WithTimeout(client.WithRequest(ctx, a.business, a.user), 30*time.Second)
 		_, err := r.cfg.Target.Client.Download(cctx, a.id, "raw", h)
 		cancel()
 		if err == nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"willow/auth"
 	"willow/flex"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -35,9 +36,14 @@ const consoleTimeout = 5 * time.Second
 //	                    "expected_version","dry_run","actor"}
 //	POST /api/rollback  {"reason","expected_version","actor"}
 //
-// Changes need the on-call token in the X-Willow-Token header (or
-// "Authorization: Bearer T"); without it the console is read-only. Errors
-// are JSON {"error","code","reason"} with 400, 401, 403, 409, 412 or 503.
+// Every endpoint needs a named operator's token in the X-Willow-Token
+// header (or "Authorization: Bearer T"): reads need role read, changes
+// role oncall, and the audit records the token's name. The token is never
+// accepted in the URL (a ?token= query is refused with 400: URLs end up
+// in logs and histories). Requests carrying a token in a custom header
+// cannot be forged cross-site (CSRF); every response forbids framing
+// (X-Frame-Options: DENY, CSP frame-ancestors 'none'). Errors are JSON
+// {"error","code","reason"} with 400, 401, 403, 409, 412 or 503.
 func (s *Server) ConsoleHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -48,14 +54,49 @@ func (s *Server) ConsoleHandler() http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Write(consoleHTML)
 	})
-	mux.HandleFunc("GET /api/flex", s.apiFlex)
-	mux.HandleFunc("GET /api/nodes", s.apiNodes)
-	mux.HandleFunc("GET /api/history", s.apiHistory)
-	mux.HandleFunc("GET /api/drills", s.apiDrills)
-	mux.HandleFunc("POST /api/flex", s.apiSetFlex)
-	mux.HandleFunc("POST /api/rollback", s.apiRollback)
+	mux.HandleFunc("GET /api/flex", s.consoleAuth(auth.RoleRead, s.apiFlex))
+	mux.HandleFunc("GET /api/nodes", s.consoleAuth(auth.RoleRead, s.apiNodes))
+	mux.HandleFunc("GET /api/history", s.consoleAuth(auth.RoleRead, s.apiHistory))
+	mux.HandleFunc("GET /api/drills", s.consoleAuth(auth.RoleRead, s.apiDrills))
+	mux.HandleFunc("POST /api/flex", s.consoleAuth(auth.RoleOncall, s.apiSetFlex))
+	mux.HandleFunc("POST /api/rollback", s.consoleAuth(auth.RoleOncall, s.apiRollback))
 	s.uploadPage(mux)
-	return gzhttp.GzipHandler(mux)
+	return consoleHeaders(gzhttp.GzipHandler(mux))
+}
+
+// consoleHeaders refuses tokens in the URL and forbids framing.
+func consoleHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		if r.URL.Query().Has("token") {
+			consoleError(w, rpcstatus.New(codes.InvalidArgument, "token_in_url",
+				"never put a token in the URL: enter it in the page (it is sent in the X-Willow-Token header)"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// consoleAuth authenticates a console request as an operator with role
+// and runs h with the Caller in the request's context.
+func (s *Server) consoleAuth(role auth.Role, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.operator(r.Context(), consoleToken(r), role)
+		if err != nil {
+			if role == auth.RoleOncall && c.Class == auth.Operator {
+				// A read-only operator trying a change: audit it.
+				cur, _, _ := s.current()
+				s.audit(&willowv1.AuditEntry{Actor: actorOf(c), Action: "console " + r.URL.Path,
+					FromVersion: cur.Version, ToVersion: cur.Version, Error: rpcstatus.Line(err)})
+			}
+			consoleError(w, err)
+			return
+		}
+		h(w, r.WithContext(auth.NewContext(r.Context(), c)))
+	}
 }
 
 func writeConsoleJSON(w http.ResponseWriter, code int, v any) {
@@ -96,8 +137,8 @@ type consoleFlex struct {
 	Plans      map[string]map[string]string `json:"plans"`
 	KnobNames  []string                     `json:"knob_names"`
 	Businesses []string                     `json:"businesses"`
-	// Writable says whether this master accepts changes at all (it has an
-	// on-call token configured).
+	// Writable says whether the caller may change the flex state (it has
+	// role oncall).
 	Writable bool `json:"writable"`
 }
 
@@ -110,7 +151,7 @@ func (s *Server) apiFlex(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := consoleFlex{Flex: flex.NewStatus(st), Levels: s.plans.Levels(), Plans: map[string]map[string]string{},
-		KnobNames: s.plans.KnobNames(), Businesses: s.plans.Businesses(), Writable: s.cfg.OncallToken != ""}
+		KnobNames: s.plans.KnobNames(), Businesses: s.plans.Businesses(), Writable: callerHas(r.Context(), auth.RoleOncall)}
 	for _, l := range out.Levels {
 		out.Plans[l], _ = s.plans.Plan(l)
 	}
@@ -250,13 +291,10 @@ func consoleToken(r *http.Request) string {
 	return ""
 }
 
-// consoleActor returns the actor named in the request, marked as coming
-// from the console.
-func consoleActor(actor string, r *http.Request) string {
-	if actor == "" {
-		actor = "anonymous"
-	}
-	return actor + "@console(" + r.RemoteAddr + ")"
+// callerHas reports whether ctx's caller has role.
+func callerHas(ctx context.Context, role auth.Role) bool {
+	c, _ := auth.FromContext(ctx)
+	return c.Has(role)
 }
 
 type consoleChange struct {
@@ -267,7 +305,6 @@ type consoleChange struct {
 	For             string            `json:"for"` // Go duration, e.g. "2h"
 	ExpectedVersion int64             `json:"expected_version"`
 	DryRun          bool              `json:"dry_run"`
-	Actor           string            `json:"actor"`
 }
 
 type consoleChangeResult struct {
@@ -308,16 +345,8 @@ func (s *Server) apiSetFlex(w http.ResponseWriter, r *http.Request) {
 			forMs = min(forMs, -1)
 		}
 	}
-	req := &willowv1.SetFlexRequest{Token: consoleToken(r), ExpectedVersion: c.ExpectedVersion, Level: c.Level,
-		Knobs: c.Knobs, Scope: c.Scope, Actor: consoleActor(c.Actor, r), Reason: c.Reason, ForMs: forMs, DryRun: c.DryRun}
-	if c.DryRun {
-		// A preview is read-only, but the page only offers it to holders
-		// of the token: check it without auditing.
-		if err := s.checkOncall(req.Token); err != nil {
-			consoleError(w, err)
-			return
-		}
-	}
+	req := &willowv1.SetFlexRequest{ExpectedVersion: c.ExpectedVersion, Level: c.Level,
+		Knobs: c.Knobs, Scope: c.Scope, Reason: c.Reason, ForMs: forMs, DryRun: c.DryRun}
 	resp, err := s.SetFlex(ctx, req)
 	if err != nil {
 		consoleError(w, err)
@@ -333,14 +362,12 @@ func (s *Server) apiRollback(w http.ResponseWriter, r *http.Request) {
 	var c struct {
 		Reason          string `json:"reason"`
 		ExpectedVersion int64  `json:"expected_version"`
-		Actor           string `json:"actor"`
 	}
 	if err := decodeConsole(r, &c); err != nil {
 		consoleError(w, err)
 		return
 	}
-	resp, err := s.RollbackFlex(ctx, &willowv1.RollbackFlexRequest{Token: consoleToken(r),
-		ExpectedVersion: c.ExpectedVersion, Actor: consoleActor(c.Actor, r), Reason: c.Reason})
+	resp, err := s.RollbackFlex(ctx, &willowv1.RollbackFlexRequest{ExpectedVersion: c.ExpectedVersion, Reason: c.Reason})
 	if err != nil {
 		consoleError(w, err)
 		return

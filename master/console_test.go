@@ -27,6 +27,24 @@ func startConsole(t *testing.T) (*testMaster, *httptest.Server) {
 	return m, ts
 }
 
+// getJSON GETs url with tok in the X-Willow-Token header into out.
+func getJSON(t *testing.T, url, tok string, out any) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if tok != "" {
+		req.Header.Set("X-Willow-Token", tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		json.NewDecoder(resp.Body).Decode(out)
+	}
+	return resp
+}
+
 func postJSON(t *testing.T, url, tok string, body any) (int, map[string]any) {
 	t.Helper()
 	b, _ := json.Marshal(body)
@@ -55,8 +73,10 @@ func TestConsoleAPI(t *testing.T) {
 		reason string
 		msg    string
 	}{
-		{"no token", "", map[string]any{"level": "red", "reason": "x"}, 401, "oncall_token", "token"},
-		{"wrong token", "nope", map[string]any{"level": "red", "reason": "x"}, 403, "oncall_token", "wrong"},
+		{"no token", "", map[string]any{"level": "red", "reason": "x"}, 401, "no_credentials", "token"},
+		{"wrong token", "nope", map[string]any{"level": "red", "reason": "x"}, 401, "bad_credentials", "unknown"},
+		{"read-only operator", readerToken, map[string]any{"level": "red", "reason": "x"}, 403, "missing_role", "oncall"},
+		{"self-declared actor", carolToken, map[string]any{"level": "red", "reason": "x", "actor": "mallory"}, 400, "bad_request", "actor"},
 		{"bad knob", token, map[string]any{"knobs": map[string]string{"timeline_delay_ratio": "2"}, "reason": "x"}, 400, "invalid_knob", "timeline_delay_ratio"},
 		{"bad for", token, map[string]any{"level": "blue", "reason": "x", "for": "soon"}, 400, "invalid_expiry", "soon"},
 		{"unknown field", token, map[string]any{"levle": "blue"}, 400, "bad_request", "levle"},
@@ -72,10 +92,6 @@ func TestConsoleAPI(t *testing.T) {
 			}
 		})
 	}
-	resp, err := http.Get(ts.URL + "/api/flex")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var st struct {
 		Flex struct {
 			Version   int64             `json:"version"`
@@ -86,34 +102,47 @@ func TestConsoleAPI(t *testing.T) {
 		Levels   []string `json:"levels"`
 		Writable bool     `json:"writable"`
 	}
-	json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
+	resp := getJSON(t, ts.URL+"/api/flex", token, &st)
 	if st.Flex.Version != 2 || st.Flex.Level != "blue" || st.Flex.ExpiresAt == nil || len(st.Levels) != 4 || !st.Writable {
 		t.Fatalf("GET /api/flex = %+v", st)
 	}
-	if code, out := postJSON(t, ts.URL+"/api/rollback", token, map[string]any{"reason": "undo"}); code != 200 {
+	// Reads need an operator (any role); the read-only one sees the
+	// state as not writable.
+	if resp := getJSON(t, ts.URL+"/api/flex", "", nil); resp.StatusCode != 401 {
+		t.Fatalf("GET /api/flex without a token = %d, want 401", resp.StatusCode)
+	}
+	st.Writable = true
+	if getJSON(t, ts.URL+"/api/flex", readerToken, &st); st.Writable || st.Flex.Level != "blue" {
+		t.Fatalf("GET /api/flex as reader = %+v, want the state, not writable", st)
+	}
+	// Never a token in the URL; never framed.
+	if resp := getJSON(t, ts.URL+"/api/flex?token="+token, "", nil); resp.StatusCode != 400 {
+		t.Fatalf("GET /api/flex?token= = %d, want 400", resp.StatusCode)
+	}
+	if resp := getJSON(t, ts.URL+"/console", "", nil); resp.Header.Get("X-Frame-Options") != "DENY" ||
+		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Fatalf("console headers = %v, want X-Frame-Options DENY and CSP frame-ancestors 'none'", resp.Header)
+	}
+	if code, out := postJSON(t, ts.URL+"/api/rollback", carolToken, map[string]any{"reason": "undo"}); code != 200 {
 		t.Fatalf("rollback = %d %v", code, out)
 	}
 	var hist struct {
 		Entries []map[string]any `json:"entries"`
 	}
-	resp, _ = http.Get(ts.URL + "/api/history")
-	json.NewDecoder(resp.Body).Decode(&hist)
-	resp.Body.Close()
-	if len(hist.Entries) < 5 || hist.Entries[0]["action"] != "rollback" || !strings.Contains(mustString(hist.Entries[0]["actor"]), "@console") {
+	getJSON(t, ts.URL+"/api/history", readerToken, &hist)
+	// The audit names the authenticated operator.
+	if len(hist.Entries) < 5 || hist.Entries[0]["action"] != "rollback" || hist.Entries[0]["actor"] != "carol" {
 		t.Fatalf("history = %v", hist.Entries)
 	}
-	resp, _ = http.Get(ts.URL + "/api/nodes")
 	var nodes map[string]any
-	json.NewDecoder(resp.Body).Decode(&nodes)
-	resp.Body.Close()
+	resp = getJSON(t, ts.URL+"/api/nodes", readerToken, &nodes)
 	if resp.StatusCode != 200 || nodes["regions"] == nil {
 		t.Fatalf("nodes = %d %v", resp.StatusCode, nodes)
 	}
 	// The page and JSON go out gzip-compressed when the client asks.
 	req, _ := http.NewRequest("GET", ts.URL+"/console", nil)
 	req.Header.Set("Accept-Encoding", "gzip")
-	resp, err = (&http.Transport{DisableCompression: true}).RoundTrip(req)
+	resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,9 +188,10 @@ func TestConsoleBrowser(t *testing.T) {
 	ctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer tcancel()
 
-	// Without a token the page is read-only.
+	// With a read-only identity the page shows the state and is read-only.
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(ts.URL+"/console"),
+		chromedp.SendKeys(chromedp.ID("token"), readerToken),
 		chromedp.WaitVisible(chromedp.ID("level-red")),
 	); err != nil {
 		t.Fatalf("open console: %v", err)
@@ -178,12 +208,14 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("without token: red button disabled=%v, level %q", disabled, level)
 	}
 
-	// With the token: switch to red through the confirmation.
+	// With carol's (oncall) token: switch to red through the confirmation.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(document.getElementById("token").value = "", true)`)); err != nil {
+		t.Fatal(err)
+	}
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(ts.URL+"/console?token="+token),
+		chromedp.SendKeys(chromedp.ID("token"), carolToken),
 		chromedp.WaitEnabled(chromedp.ID("level-red")),
 		chromedp.SendKeys(chromedp.ID("reason"), "browser test: holiday peak"),
-		chromedp.SendKeys(chromedp.ID("actor"), "carol"),
 		chromedp.Click(chromedp.ID("level-red")),
 		chromedp.WaitVisible(chromedp.ID("confirm-ok")),
 	); err != nil {
@@ -243,16 +275,16 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("history").textContent.includes("carol@console")`, chromedp.WithPollingTimeout(5*time.Second))); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("history").textContent.includes("carol")`, chromedp.WithPollingTimeout(5*time.Second))); err != nil {
 		t.Fatalf("history on the page: %v", err)
 	}
 
-	// The change is audited with the console actor.
+	// The change is audited with the authenticated name.
 	h, err := m.client.FlexHistory(ctxT(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := h.GetEntries()[1]; !e.GetAccepted() || e.GetAction() != "set" || !strings.HasPrefix(e.GetActor(), "carol@console") || e.GetReason() != "browser test: holiday peak" {
+	if e := h.GetEntries()[1]; !e.GetAccepted() || e.GetAction() != "set" || e.GetActor() != "carol" || e.GetReason() != "browser test: holiday peak" {
 		t.Fatalf("audit = %v", e)
 	}
 }
@@ -260,16 +292,11 @@ func TestConsoleBrowser(t *testing.T) {
 func TestConsoleListsActiveDrills(t *testing.T) {
 	m, ts := startConsole(t)
 	get := func() []map[string]any {
-		resp, err := http.Get(ts.URL + "/api/drills")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
 		var out struct {
 			Drills []map[string]any `json:"drills"`
 		}
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET /api/drills: %d %v", resp.StatusCode, err)
+		if resp := getJSON(t, ts.URL+"/api/drills", readerToken, &out); resp.StatusCode != 200 {
+			t.Fatalf("GET /api/drills: %d", resp.StatusCode)
 		}
 		return out.Drills
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"time"
+	"willow/auth"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -85,7 +86,7 @@ func (s *Server) cleanDrills(ctx context.Context, now time.Time) error {
 // heartbeats, for for_ms. A new drill replaces the node's drill of the same
 // kind; for_ms of 0 with an existing kind ends it now. The node receives
 // it with its next heartbeat. Every attempt is audited. Errors:
-// UNAUTHENTICATED or PERMISSION_DENIED (oncall_token, see checkOncall), INVALID_ARGUMENT (kind, for, latency,
+// UNAUTHENTICATED or PERMISSION_DENIED (see operator: an on-call operator only), INVALID_ARGUMENT (kind, for, latency,
 // error_ratio), NOT_FOUND (node), UNAVAILABLE (redis).
 func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (resp *willowv1.SetDrillResponse, err error) {
 	now := s.now()
@@ -104,7 +105,9 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 		}
 		s.audit(e)
 	}()
-	if err := s.checkOncall(req.GetToken()); err != nil {
+	c, err := s.operator(ctx, req.GetToken(), auth.RoleOncall)
+	d.Actor = actorOf(c) // the authenticated name, never the request's
+	if err != nil {
 		return nil, err
 	}
 	dur := time.Duration(req.GetForMs()) * time.Millisecond

@@ -396,10 +396,10 @@ func (s *Server) GetFlex(ctx context.Context, _ *willowv1.GetFlexRequest) (*will
 
 // SetFlex validates and applies a change: a level switch and/or single-knob
 // overrides, globally or in one scope, optionally expiring. Errors:
-// UNAUTHENTICATED/PERMISSION_DENIED oncall_token, INVALID_ARGUMENT with
+// UNAUTHENTICATED/PERMISSION_DENIED (an on-call operator only, see operator), INVALID_ARGUMENT with
 // reason invalid_knob, unknown_knob, unknown_business, unknown_level,
 // invalid_scope, invalid_expiry, missing_reason or empty_change, ABORTED
-// version_conflict, UNAVAILABLE redis. A dry run needs no token, changes
+// version_conflict, UNAVAILABLE redis. A dry run changes
 // nothing and returns the state the change would make. Accepted changes
 // and refused ones (bad token, invalid) are written to the audit log.
 func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*willowv1.SetFlexResponse, error) {
@@ -407,11 +407,9 @@ func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*wi
 	if req.GetLevel() != "" {
 		action = "set"
 	}
-	actor := actorOf(ctx, req.GetActor())
-	if !req.GetDryRun() {
-		if err := s.authorize(ctx, req.GetToken(), action, actor, req.GetScope(), req.GetReason()); err != nil {
-			return nil, err
-		}
+	actor, err := s.authorize(ctx, req.GetToken(), action, req.GetScope(), req.GetReason())
+	if err != nil {
+		return nil, err
 	}
 	if err := s.validateSet(req); err != nil {
 		s.flexChanges.WithLabelValues(action, "invalid").Inc()
@@ -593,8 +591,8 @@ func flexStatus(err error) error {
 // rollback re-applies it). Errors as SetFlex, plus FAILED_PRECONDITION
 // no_previous.
 func (s *Server) RollbackFlex(ctx context.Context, req *willowv1.RollbackFlexRequest) (*willowv1.SetFlexResponse, error) {
-	actor := actorOf(ctx, req.GetActor())
-	if err := s.authorize(ctx, req.GetToken(), "rollback", actor, "", req.GetReason()); err != nil {
+	actor, err := s.authorize(ctx, req.GetToken(), "rollback", "", req.GetReason())
+	if err != nil {
 		return nil, err
 	}
 	if req.GetReason() == "" {

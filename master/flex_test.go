@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"willow/auth"
 	"willow/internal/testenv"
 	"willow/master"
 	"willow/node"
@@ -40,7 +41,7 @@ func startMaster(t *testing.T, rdb redis.UniversalClient, id string) *testMaster
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := master.New(master.Config{OncallToken: token}, master.Deps{Node: n, Redis: rdb})
+	s, err := master.New(master.Config{OncallToken: token, Operators: testOperators(t)}, master.Deps{Node: n, Redis: rdb})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +58,22 @@ func startMaster(t *testing.T, rdb redis.UniversalClient, id string) *testMaster
 	stop := func() { once.Do(func() { conn.Close(); cancel(); wg.Wait() }) }
 	t.Cleanup(stop)
 	return &testMaster{srv: s, node: n, client: willowv1.NewMasterClient(conn), stop: stop}
+}
+
+// Named operator tokens of the test masters, besides the legacy token.
+const (
+	carolToken  = "carol-oncall-token"
+	readerToken = "reader-read-token"
+)
+
+func testOperators(t *testing.T) *auth.Operators {
+	t.Helper()
+	ops, err := auth.ParseOperators([]byte(auth.OperatorLine("carol", carolToken, auth.RoleOncall) +
+		auth.OperatorLine("reader", readerToken, auth.RoleRead)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -103,8 +120,8 @@ func TestSetFlexValidation(t *testing.T) {
 			{"bad scope", &willowv1.SetFlexRequest{Level: "blue", Scope: "zone:x"}, codes.InvalidArgument, "invalid_scope", "region:NAME"},
 			{"no reason", &willowv1.SetFlexRequest{Level: "blue", Reason: "-"}, codes.InvalidArgument, "missing_reason", "reason"},
 			{"nothing", &willowv1.SetFlexRequest{}, codes.InvalidArgument, "empty_change", "nothing to change"},
-			{"no token", &willowv1.SetFlexRequest{Level: "red", Token: "-"}, codes.Unauthenticated, "oncall_token", "token"},
-			{"wrong token", &willowv1.SetFlexRequest{Level: "red", Token: "nope"}, codes.PermissionDenied, "oncall_token", "wrong"},
+			{"no token", &willowv1.SetFlexRequest{Level: "red", Token: "-"}, codes.Unauthenticated, "no_credentials", "token"},
+			{"wrong token", &willowv1.SetFlexRequest{Level: "red", Token: "nope"}, codes.Unauthenticated, "bad_credentials", "unknown"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -171,7 +188,7 @@ func TestSetFlexLevelsScopesRollback(t *testing.T) {
 			t.Fatalf("rollback without reason: %v", err)
 		}
 		// Dry run does not change anything.
-		dr, err := m.client.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Level: "blue", Reason: "preview", DryRun: true})
+		dr, err := m.client.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Level: "blue", Reason: "preview", DryRun: true, Token: token})
 		if err != nil || dr.GetFlex().GetLevel() != "blue" {
 			t.Fatalf("dry run: %v %v", dr, err)
 		}
@@ -303,7 +320,7 @@ func TestFlexAudit(t *testing.T) {
 		m := startMaster(t, rt.Client(t), "master-1")
 		set(t, m.client, &willowv1.SetFlexRequest{Level: "blue", Actor: "alice", Reason: "holiday eve"})
 		_, err := m.client.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Level: "red", Token: "guess", Actor: "mallory", Reason: "lol"})
-		if status.Code(err) != codes.PermissionDenied {
+		if status.Code(err) != codes.Unauthenticated {
 			t.Fatal(err)
 		}
 		_, err = m.client.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Knobs: map[string]string{"image_quality": "5"}, Token: token, Actor: "bob", Reason: "tired"})
@@ -323,8 +340,10 @@ func TestFlexAudit(t *testing.T) {
 			accepted      bool
 			errPart       string
 		}
-		want := []row{{"eve", "rollback", false, "UNAUTHENTICATED oncall_token"}, {"bob", "knob", false, "image_quality"},
-			{"mallory", "set", false, "PERMISSION_DENIED oncall_token"}, {"alice", "set", true, ""}, {"master", "init", true, ""}}
+		// The actor is the authenticated identity (the legacy shared token
+		// is the identity "oncall"), never the request's self-declared Actor.
+		want := []row{{"unauthenticated", "rollback", false, "UNAUTHENTICATED no_credentials"}, {"oncall", "knob", false, "image_quality"},
+			{"unauthenticated", "set", false, "UNAUTHENTICATED bad_credentials"}, {"oncall", "set", true, ""}, {"master", "init", true, ""}}
 		if len(h.GetEntries()) != len(want) {
 			t.Fatalf("history = %v", h.GetEntries())
 		}

@@ -27,6 +27,10 @@ type Redis interface {
 	HSet(ctx context.Context, key string, values ...any) *redis.IntCmd
 	HDel(ctx context.Context, key string, fields ...string) *redis.IntCmd
 	LRange(ctx context.Context, key string, start, stop int64) *redis.StringSliceCmd
+	// The node-ID bindings (bind.go).
+	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
+	Get(ctx context.Context, key string) *redis.StringCmd
+	PExpire(ctx context.Context, key string, expiration time.Duration) *redis.BoolCmd
 }
 
 var (

@@ -170,6 +170,10 @@ func (s *Server) Register(ctx context.Context, req *willowv1.RegisterRequest) (*
 	if err := validInfo(info); err != nil {
 		return nil, err
 	}
+	fp, err := nodeCaller(ctx, info)
+	if err != nil {
+		return nil, err
+	}
 	now := s.now()
 	b, err := s.encodeRecord(info, nil, now)
 	if err != nil {
@@ -178,6 +182,10 @@ func (s *Server) Register(ctx context.Context, req *willowv1.RegisterRequest) (*
 	hb, _ := json.Marshal(health{State: StateHealthy, SinceMs: now.UnixMilli()})
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	if _, err := s.bind(ctx, info.GetId(), fp, false); err != nil {
+		s.log.Warn("register refused", "id", info.GetId(), "err", err)
+		return nil, err
+	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.nodeKey(info.GetId()), b, s.cfg.EntryTTL)
 		p.SAdd(ctx, s.key("nodes"), info.GetId())
@@ -203,6 +211,10 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	if err := validInfo(info); err != nil {
 		return nil, err
 	}
+	fp, err := nodeCaller(ctx, info)
+	if err != nil {
+		return nil, err
+	}
 	now := s.now()
 	b, err := s.encodeRecord(info, req.GetLoad(), now)
 	if err != nil {
@@ -210,6 +222,15 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	missing, err := s.bind(ctx, info.GetId(), fp, true)
+	if err != nil && rpcstatus.Reason(err) == ReasonNodeIDTaken {
+		return nil, err
+	}
+	if missing {
+		// The binding lapsed (Redis lost it, or the node was silent):
+		// register again, and bind again on the way.
+		return &willowv1.HeartbeatResponse{Reregister: true, FlexVersion: s.flexSnapshot().GetVersion()}, nil
+	}
 	ok, err := s.rdb.SetXX(ctx, s.nodeKey(info.GetId()), b, s.cfg.EntryTTL).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		// Redis is away: this master still counts the heartbeat (Route

@@ -454,13 +454,13 @@ func TestDrills(t *testing.T) {
 
 	_, err := m.client.SetDrill(ctx, &willowv1.SetDrillRequest{Token: "wrong", ForMs: 1000,
 		Drill: &willowv1.Drill{NodeAddr: nd.node.Addr(), Kind: "errors", ErrorRatio: 1}})
-	if status.Code(err) != codes.PermissionDenied || rpcstatus.Reason(err) != "oncall_token" {
-		t.Fatalf("drill with a wrong token: %v, want PERMISSION_DENIED oncall_token", err)
+	if status.Code(err) != codes.Unauthenticated || rpcstatus.Reason(err) != "bad_credentials" {
+		t.Fatalf("drill with a wrong token: %v, want UNAUTHENTICATED bad_credentials", err)
 	}
 	_, err = m.client.SetDrill(ctx, &willowv1.SetDrillRequest{ForMs: 1000,
 		Drill: &willowv1.Drill{NodeAddr: nd.node.Addr(), Kind: "errors", ErrorRatio: 1}})
-	if status.Code(err) != codes.Unauthenticated || rpcstatus.Reason(err) != "oncall_token" {
-		t.Fatalf("drill without token: %v, want UNAUTHENTICATED oncall_token (the same check as flex)", err)
+	if status.Code(err) != codes.Unauthenticated || rpcstatus.Reason(err) != "no_credentials" {
+		t.Fatalf("drill without token: %v, want UNAUTHENTICATED no_credentials (the same check as flex)", err)
 	}
 	for _, bad := range []*willowv1.SetDrillRequest{
 		{Token: "t", ForMs: 1000, Drill: &willowv1.Drill{NodeAddr: nd.node.Addr(), Kind: "meteor"}},

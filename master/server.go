@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"willow/auth"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/redisconn"
@@ -37,9 +38,14 @@ const (
 
 // Config configures a master. Zero values mean the documented default.
 type Config struct {
-	// OncallToken is required by SetFlex, RollbackFlex and SetDrill; empty
-	// makes the console read-only and denies every change.
+	// OncallToken is a legacy shared on-call token, accepted as the
+	// operator identity "oncall" (role oncall) next to the named
+	// identities of the node's auth config (auth.Operators). Prefer named
+	// identities: with a shared token the audit cannot say who acted.
 	OncallToken string
+	// Operators are more operator identities, next to the node's (tests
+	// and in-process clusters).
+	Operators *auth.Operators
 	// LevelsFile is a YAML file of level plans; empty uses the shipped plans.
 	LevelsFile string
 	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix. Keys
@@ -184,6 +190,8 @@ type Server struct {
 	leader  bool
 	redisUp time.Time // since when Redis has answered; zero while it does not
 
+	ops *auth.Operators // operator identities (oncall.go); immutable
+
 	flexState // flex.go
 }
 
@@ -210,6 +218,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.prober = newGRPCProber(deps.Node.Config().ClientTLS)
 	}
 	s.met = newMetrics(deps.Node.Registry())
+	ops, err := operators(deps.Node.Guard().Operators(), cfg.Operators, cfg.OncallToken)
+	if err != nil {
+		return nil, fmt.Errorf("master: %w", err)
+	}
+	s.ops = ops
 	if err := s.initFlex(newRedisFlexStore(deps.Redis, cfg.KeyPrefix), deps.Node.Registry()); err != nil {
 		return nil, err
 	}

@@ -52,6 +52,9 @@ type Config struct {
 	// CompressTimeout bounds one compress call; default
 	// DefaultCompressTimeout.
 	CompressTimeout time.Duration
+	// DrainWait bounds a Drain with wait set (DEADLINE_EXCEEDED
+	// drain_deadline after it); default DefaultDrainWait.
+	DrainWait time.Duration
 	// CommitWait is how long Commit waits for the first compress attempt,
 	// so its reply can list the variants; the acknowledgement never
 	// depends on it (the job is journaled first). Default

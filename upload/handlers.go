@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"willow/auth"
 	"willow/media"
 	"willow/mediaheader"
 	willowv1 "willow/proto/willow/v1"
@@ -139,7 +140,13 @@ func (s *Server) Chunks(raw willowv1.Upload_ChunksServer) error {
 			if _, err := syncAll(); err != nil {
 				return errInternal(err)
 			}
-			if cur, err = s.resolve(c.GetUploadId(), c.GetUser()); err != nil {
+			// An authenticated client's chunks belong to its own uploads
+			// only (auth.ActAs: its token's user, never another's).
+			user, err := auth.ActAs(stream.Context(), c.GetUser())
+			if err != nil {
+				return err
+			}
+			if cur, err = s.resolve(c.GetUploadId(), user); err != nil {
 				return err
 			}
 			curID, curUser = c.GetUploadId(), c.GetUser()
@@ -163,7 +170,11 @@ func (s *Server) Status(ctx context.Context, req *willowv1.StatusRequest) (*will
 	if err := checkIDs(req.GetUploadId(), req.GetUser()); err != nil {
 		return nil, err
 	}
-	key := media.KeyFor(req.GetUser(), req.GetUploadId())
+	user, err := auth.ActAs(ctx, req.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	key := media.KeyFor(user, req.GetUploadId())
 	st, err := s.staged(key)
 	if err != nil {
 		return nil, errInternal(err)
@@ -211,7 +222,11 @@ func (s *Server) Commit(ctx context.Context, req *willowv1.CommitRequest) (*will
 	if err := checkIDs(req.GetUploadId(), req.GetUser()); err != nil {
 		return nil, err
 	}
-	o, err := s.commitSession(ctx, media.KeyFor(req.GetUser(), req.GetUploadId()))
+	user, err := auth.ActAs(ctx, req.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	o, err := s.commitSession(ctx, media.KeyFor(user, req.GetUploadId()))
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func (s *Server) GetMedia(ctx context.Context, req *willowv1.GetMediaRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	return rec.mediaProto(), nil
+	return ownerView(ctx, rec.mediaProto()), nil
 }
 
 // lookup finds the record of id: the store first (drained items are

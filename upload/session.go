@@ -153,7 +153,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 	if !uploadIDRe.MatchString(p.UploadID) {
 		return SessionState{}, invalid("bad_upload_id", "upload_id must be 1-128 of [A-Za-z0-9._:-]")
 	}
-	if p.User == "" || len(p.User) > MaxUserLen {
+	if len(p.User) > MaxUserLen {
 		return SessionState{}, invalid("bad_user", "user is required, at most %d bytes", MaxUserLen)
 	}
 	if err := checkLen("filename", p.Filename, MaxFilenameLen); err != nil {
@@ -162,12 +162,12 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 	if err := checkLen("content_type", p.ContentType, MaxContentTypeLen); err != nil {
 		return SessionState{}, err
 	}
-	claims, err := s.verifyToken(p.Token)
+	user, err := s.beginUser(ctx, p.User, p.Business, p.Token)
 	if err != nil {
 		return SessionState{}, err
 	}
-	if claims.User != p.User || claims.Business != p.Business {
-		return SessionState{}, rpcstatus.New(codes.Unauthenticated, "token_invalid", "upload token is for another user or business")
+	if p.User = user; p.User == "" {
+		return SessionState{}, invalid("bad_user", "user is required")
 	}
 	if !flex.KnownBusiness(p.Business) {
 		return SessionState{}, invalid("unknown_business", "unknown business %q", p.Business)

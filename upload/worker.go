@@ -472,8 +472,13 @@ func (s *Server) Drain(ctx context.Context, req *willowv1.DrainRequest) (*willow
 		return nil, rpcstatus.New(codes.FailedPrecondition, "pool_disabled", "pool %d is not configured on %s", n, s.nodeID)
 	}
 	if req.GetWait() {
+		ctx, cancel := s.drainCtx(ctx)
+		defer cancel()
 		done, err := s.drainAll(ctx, n)
 		resp := &willowv1.DrainResponse{Drained: done, Remaining: int64(len(rawKeys(p)))}
+		if err != nil && ctx.Err() != nil {
+			return resp, rpcstatus.New(codes.DeadlineExceeded, "drain_deadline", "drained %d, %d remain: the drain's deadline passed; run it again", done, resp.Remaining)
+		}
 		if err != nil {
 			return resp, rpcstatus.New(codes.Unavailable, "drain_failed", "drained %d: %v", done, err)
 		}

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"willow/auth"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
@@ -28,7 +31,9 @@ func TestRunServesCompress(t *testing.T) {
 	var stderr bytes.Buffer
 	m := &Main{Stderr: &stderr, Ready: func(n *node.Node) { ready <- n }}
 	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, []string{"-config", cfg, "-id", "compress-t"}) }()
+	go func() {
+		done <- m.Run(ctx, []string{"-config", cfg, "-id", "compress-t", "-cluster-secret", "test-secret"})
+	}()
 	var n *node.Node
 	select {
 	case n = <-ready:
@@ -37,7 +42,7 @@ func TestRunServesCompress(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not ready")
 	}
-	conn, err := node.Dial(n.Addr(), nil)
+	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: "test-secret", ID: "test-1", Role: "upload"}))
 	if err != nil {
 		t.Fatal(err)
 	}

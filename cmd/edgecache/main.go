@@ -102,7 +102,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	deps := edgecache.Deps{Node: n, Store: st}
 	if fc.Node.Master != "" {
-		r, err := client.NewRouter(client.RouterConfig{TLS: ncfg.ClientTLS, MasterAddr: fc.Node.Master, Region: fc.Node.Region})
+		r, err := client.NewRouter(client.RouterConfig{TLS: ncfg.ClientTLS, Credentials: n.Credentials(), MasterAddr: fc.Node.Master, Region: fc.Node.Region})
 		if err != nil {
 			return err
 		}

@@ -50,7 +50,7 @@ func TestRunServesFromConfigAndFlags(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- m.Run(ctx, []string{"-config", cfg, "-store", filepath.Join(dir, "store"), "-http", "127.0.0.1:0"})
+		done <- m.Run(ctx, []string{"-config", cfg, "-store", filepath.Join(dir, "store"), "-http", "127.0.0.1:0", "-cluster-secret", "test-secret"})
 	}()
 	var addr string
 	select {

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"willow/auth"
 	"willow/internal/testenv"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
@@ -30,7 +33,7 @@ func TestMainServesFromConfigFile(t *testing.T) {
 	m := &Main{Stderr: &stderr, Getenv: func(string) string { return "" }, Ready: func(n *node.Node, c string) { consoleAddr = c; ready <- n }}
 	done := make(chan error, 1)
 	go func() {
-		done <- m.Run(ctx, []string{"-config", cfgPath, "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0"})
+		done <- m.Run(ctx, []string{"-config", cfgPath, "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0", "-cluster-secret", "test-secret"})
 	}()
 	var n *node.Node
 	select {
@@ -43,7 +46,7 @@ func TestMainServesFromConfigFile(t *testing.T) {
 	if n.Config().ID != "master-7" {
 		t.Fatalf("node id %q, want master-7 from the config file", n.Config().ID)
 	}
-	conn, err := node.Dial(n.Addr(), nil)
+	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: "test-secret", ID: "test-1", Role: "upload"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"willow/auth"
 	"willow/internal/testenv"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
@@ -27,7 +30,7 @@ func TestRunFromConfigFile(t *testing.T) {
 	var stderr bytes.Buffer
 	m := &Main{Stderr: &stderr, Getenv: func(string) string { return "" }, Ready: func(n *node.Node) { ready <- n }}
 	errc := make(chan error, 1)
-	go func() { errc <- m.Run(ctx, []string{"-config", cfg}) }()
+	go func() { errc <- m.Run(ctx, []string{"-config", cfg, "-cluster-secret", "test-secret"}) }()
 	var n *node.Node
 	select {
 	case n = <-ready:
@@ -37,7 +40,7 @@ func TestRunFromConfigFile(t *testing.T) {
 	if n.Config().ID != "tl-9" || n.Config().Region != "b" {
 		t.Errorf("node config %+v", n.Config())
 	}
-	conn, err := node.Dial(n.Addr(), nil)
+	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: "test-secret", ID: "test-1", Role: "upload"}))
 	if err != nil {
 		t.Fatal(err)
 	}

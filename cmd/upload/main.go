@@ -137,6 +137,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 
 	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
+	if nc.UploadSecret == "" {
+		nc.UploadSecret = uc.Secret
+	}
 	ncfg, err := f.NodeConfig("upload", *nc, log)
 	if err != nil {
 		return err
@@ -147,7 +150,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	deps := upload.Deps{Node: n, Store: st}
 	if nc.Master != "" {
-		r, err := client.NewRouter(client.RouterConfig{TLS: ncfg.ClientTLS, MasterAddr: nc.Master, Region: nc.Region})
+		r, err := client.NewRouter(client.RouterConfig{TLS: ncfg.ClientTLS, Credentials: n.Credentials(), MasterAddr: nc.Master, Region: nc.Region})
 		if err != nil {
 			return err
 		}

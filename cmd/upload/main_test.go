@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"willow/auth"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
@@ -21,13 +24,17 @@ func TestRunServesUpload(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	ops := filepath.Join(dir, "operators.yaml")
+	if err := os.WriteFile(ops, []byte(auth.OperatorLine("ops", "op-token", auth.RoleRead)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan *node.Node, 1)
 	var stderr bytes.Buffer
 	m := &Main{Stderr: &stderr, Getenv: func(string) string { return "" }, Ready: func(n *node.Node) { ready <- n }}
 	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, []string{"-config", cfg, "-secret", "s"}) }()
+	go func() { done <- m.Run(ctx, []string{"-config", cfg, "-secret", "s", "-cluster-secret", "test-secret", "-operators", ops}) }()
 	var n *node.Node
 	select {
 	case n = <-ready:
@@ -39,7 +46,8 @@ func TestRunServesUpload(t *testing.T) {
 	if n.Config().ID != "upload-a-1" {
 		t.Fatalf("id %q", n.Config().ID)
 	}
-	conn, err := node.Dial(n.Addr(), nil)
+	// Buffer status is an operator's call: a named identity with role read.
+	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.Bearer("op-token")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"willow/auth"
 	"willow/client"
 	"willow/cluster"
 	"willow/loadgen"
+	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/token"
 	"willow/urlsign"
@@ -142,7 +146,8 @@ func loadTarget(ctx context.Context, m *Main, g *globals, embedded bool, dir, re
 		closeFn()
 		return loadgen.Target{}, nil, err
 	}
-	mconn, err := router.Conn(masterAddr)
+	// Flex actions and node listings are an operator's calls.
+	mconn, err := node.Dial(masterAddr, t, grpc.WithPerRPCCredentials(auth.Bearer(oncall)))
 	if err != nil {
 		closeFn()
 		return loadgen.Target{}, nil, err
@@ -156,8 +161,15 @@ func loadTarget(ctx context.Context, m *Main, g *globals, embedded bool, dir, re
 			return loadgen.Target{}, nil, err
 		}
 	}
-	tgt := loadgen.Target{Client: cl, Master: willowv1.NewMasterClient(mconn), OncallToken: oncall, Conn: router.Conn}
-	return tgt, func() { router.Close(); closeFn() }, nil
+	// Buffer status and timeline stats too: pooled connections carrying
+	// the operator token.
+	ops, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: region, TLS: t, Credentials: auth.Bearer(oncall)})
+	if err != nil {
+		closeFn()
+		return loadgen.Target{}, nil, err
+	}
+	tgt := loadgen.Target{Client: cl, Master: willowv1.NewMasterClient(mconn), OncallToken: oncall, Conn: ops.Conn}
+	return tgt, func() { router.Close(); ops.Close(); mconn.Close(); closeFn() }, nil
 }
 
 // isTerminal reports whether w is a terminal (character device).

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"willow/auth"
 	"willow/cluster"
 	"willow/node"
 	"willow/rpcstatus"
@@ -159,13 +160,15 @@ func (g *globals) clientTLS() (*tls.Config, error) {
 	return cli, nil
 }
 
-// dial connects to a node, over TLS when the --tls-* flags say so.
+// dial connects to a node, over TLS when the --tls-* flags say so, with
+// the operator token (--token, $WILLOW_ONCALL_TOKEN or --cluster's
+// oncall_token) as the credential of every call.
 func (g *globals) dial(addr string) (*grpc.ClientConn, error) {
 	t, err := g.clientTLS()
 	if err != nil {
 		return nil, err
 	}
-	return node.Dial(addr, t)
+	return node.Dial(addr, t, grpc.WithPerRPCCredentials(auth.Bearer(g.oncallToken())))
 }
 
 // parse parses flags that may be interspersed with positional arguments

@@ -35,15 +35,8 @@ func cmdUpload(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	defer c.Router.Close()
-	c.Token = func(u, b string) (string, error) {
-		if *tok != "" {
-			return *tok, nil
-		}
-		secret := g.uploadSecret()
-		if secret == "" {
-			return "", errors.New("no upload token: pass --upload-token, --cluster FILE or set WILLOW_UPLOAD_SECRET")
-		}
-		return token.Sign([]byte(secret), u, b, time.Now().Add(time.Hour))
+	if *tok != "" {
+		c.Token = func(string, string) (string, error) { return *tok, nil }
 	}
 	enc := json.NewEncoder(m.Stdout)
 	for _, f := range files {
@@ -80,5 +73,16 @@ func (g *globals) client(region string) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &client.Client{Router: r}, nil
+	return &client.Client{Router: r, Token: g.signToken}, nil
+}
+
+// signToken mints a development upload token for (user, business) with
+// the upload secret of --cluster or $WILLOW_UPLOAD_SECRET: the credential
+// the SDK presents on every upload and download call.
+func (g *globals) signToken(user, business string) (string, error) {
+	secret := g.uploadSecret()
+	if secret == "" {
+		return "", errors.New("no upload token: pass --upload-token, --cluster FILE or set WILLOW_UPLOAD_SECRET")
+	}
+	return token.Sign([]byte(secret), user, business, time.Now().Add(time.Hour))
 }

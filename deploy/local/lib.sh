@@ -28,6 +28,31 @@ export WILLOW_S3_SECRET_KEY=$S3_SECRET
 S3_BUCKET=willow
 ONCALL_TOKEN=${WILLOW_LOCAL_ONCALL_TOKEN:-local-oncall}
 UPLOAD_SECRET=${WILLOW_LOCAL_UPLOAD_SECRET:-local-upload-secret}
+# Credentials (docs/security.md). up.sh generates the cluster secret every
+# node presents (DIR/run/cluster-secret) and the operators file with the
+# developer's identity (role admin, ONCALL_TOKEN's hash); they and the
+# upload secret reach the processes through the environment, never their
+# command lines. restart.sh finds them here again.
+export WILLOW_UPLOAD_SECRET=$UPLOAD_SECRET
+export WILLOW_OPERATORS=$DIR/run/operators.yaml
+if [[ -f $DIR/run/cluster-secret ]]; then
+	WILLOW_CLUSTER_SECRET=$(cat "$DIR/run/cluster-secret")
+	export WILLOW_CLUSTER_SECRET
+fi
+
+# make_credentials: the cluster secret (WILLOW_LOCAL_CLUSTER_SECRET pins
+# it) and the operators file, under DIR/run.
+make_credentials() {
+	local secret=${WILLOW_LOCAL_CLUSTER_SECRET:-$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')}
+	(
+		umask 077
+		echo "$secret" >"$DIR/run/cluster-secret"
+		printf '# name: {sha256, roles} (package auth); the developer token is cluster.json oncall_token\ndeveloper: {sha256: %s, roles: [admin]}\n' \
+			"$(printf %s "$ONCALL_TOKEN" | sha256sum | cut -d' ' -f1)" >"$DIR/run/operators.yaml"
+	)
+	WILLOW_CLUSTER_SECRET=$secret
+	export WILLOW_CLUSTER_SECRET
+}
 
 die() { echo "deploy/local: $*" >&2; exit 1; }
 
@@ -108,6 +133,8 @@ write_cluster_json() {
   "timeline": "$TIMELINE_IP:$BASE",
   "oncall_token": "$ONCALL_TOKEN",
   "upload_secret": "$UPLOAD_SECRET",
+  "cluster_secret": "$WILLOW_CLUSTER_SECRET",
+  "operators": "$DIR/run/operators.yaml",
   "url_keys": [{"id": "$url_id", "secret": "$url_secret"}],
   "regions": {
     $(region_json a 1),

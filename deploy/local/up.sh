@@ -64,6 +64,8 @@ S3=(-s3-endpoint "$S3_IP:$S3_PORT" -s3-bucket "$S3_BUCKET" -s3-access-key "$S3_A
 MASTERS=$(printf '%s:'"$BASE"',' "${MASTER_IPS[@]}")
 MASTERS=${MASTERS%,}
 
+make_credentials
+
 # The download URL key (signs and verifies URLs; cluster.json carries it
 # for the CLI). WILLOW_LOCAL_URL_KEY pins the secret.
 URL_KEY_ID=local-1
@@ -97,8 +99,7 @@ for ip in "${MASTER_IPS[@]}"; do
 	console=()
 	((i == 1)) && console=(-console "$ip:$((BASE + 2))")
 	start "master-$i" master - "$ip:$BASE" "$BIN/master" -config "$DIR/run/master.yaml" -id "master-$i" \
-		-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" "${console[@]}" -redis "$REDIS_URL" \
-		-oncall-token "$ONCALL_TOKEN"
+		-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" "${console[@]}" -redis "$REDIS_URL"
 done
 for ip in "${MASTER_IPS[@]}"; do
 	wait_tcp "$ip" "$BASE" 20 || die "master on $ip did not start (see $DIR/logs)"

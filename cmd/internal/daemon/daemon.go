@@ -1,9 +1,10 @@
 // Package daemon is what Willow's service mains share: the node: section
 // of their YAML config files and the flags that override it (-config, -id,
 // -region, -grpc, -admin, -advertise, -advertise-http, -master, -tls-cert,
-// -tls-key, -tls-ca), the object store section and its flags (secrets from
-// the environment or files, never only the command line; the shipped
-// CHANGE-ME placeholders refused), strict config loading (an unknown key
+// -tls-key, -tls-ca, -cluster-secret, -operators, -upload-secret), the
+// object store section and its flags (secrets from the environment or
+// files, never only the command line; the shipped CHANGE-ME placeholders
+// refused), strict config loading (an unknown key
 // is an error), building the node with the shared admission policy, and
 // serving until SIGINT or SIGTERM.
 package daemon
@@ -24,6 +25,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"willow/auth"
 	"willow/node"
 	"willow/shedding"
 	"willow/store"
@@ -45,6 +47,15 @@ type NodeConfig struct {
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	ShutdownGrace     time.Duration `yaml:"shutdown_grace"`
 	Capacity          int32         `yaml:"capacity"`
+	// ClusterSecret authenticates nodes to each other without TLS
+	// (package auth); it may also come from -cluster-secret or
+	// $WILLOW_CLUSTER_SECRET. With mutual TLS (-tls-ca) it may be empty.
+	ClusterSecret string `yaml:"cluster_secret"`
+	// Operators is the file of named operator identities (auth.Operators).
+	Operators string `yaml:"operators"`
+	// UploadSecret verifies client upload tokens on every call; default
+	// $WILLOW_UPLOAD_SECRET.
+	UploadSecret string `yaml:"upload_secret"`
 }
 
 // S3Config is an S3 store in a config file.
@@ -72,6 +83,7 @@ type Flags struct {
 	advertise, advertiseHTTP                *string
 	s3SecretFile                            *string
 	tlsCert, tlsKey, tlsCA                  *string
+	clusterSecret, operators, uploadSecret  *string
 	storeDir                                *string
 	s3                                      [4]*string // endpoint, bucket, access key, secret key
 }
@@ -98,6 +110,9 @@ func NewFlags(name string, stderr io.Writer, store bool) *Flags {
 	f.tlsCert = fs.String("tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
 	f.tlsKey = fs.String("tls-key", "", "PEM private key of -tls-cert")
 	f.tlsCA = fs.String("tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
+	f.clusterSecret = fs.String("cluster-secret", "", "cluster secret nodes authenticate with when not on mutual TLS (default $WILLOW_CLUSTER_SECRET)")
+	f.operators = fs.String("operators", "", "file of named operator identities, name: {sha256, roles} (default $WILLOW_OPERATORS)")
+	f.uploadSecret = fs.String("upload-secret", "", "upload-token HMAC secret clients' calls are verified with (default $WILLOW_UPLOAD_SECRET)")
 	if store {
 		f.storeDir = fs.String("store", "", "directory store root")
 		f.s3[0] = fs.String("s3-endpoint", "", "S3 endpoint host:port (instead of -store)")
@@ -124,11 +139,20 @@ func (f *Flags) Parse(args []string, file any, nc *NodeConfig, dir *string, s3c 
 			return err
 		}
 	}
+	for _, e := range []struct {
+		dst *string
+		env string
+	}{{&nc.ClusterSecret, "WILLOW_CLUSTER_SECRET"}, {&nc.Operators, "WILLOW_OPERATORS"}, {&nc.UploadSecret, "WILLOW_UPLOAD_SECRET"}} {
+		if *e.dst == "" {
+			*e.dst = f.getenv(e.env)
+		}
+	}
 	for _, o := range []struct {
 		dst *string
 		v   *string
 	}{{&nc.ID, f.id}, {&nc.Region, f.region}, {&nc.GRPC, f.grpc}, {&nc.Admin, f.admin}, {&nc.Master, f.master},
-		{&nc.Advertise, f.advertise}, {&nc.AdvertiseHTTP, f.advertiseHTTP}} {
+		{&nc.Advertise, f.advertise}, {&nc.AdvertiseHTTP, f.advertiseHTTP},
+		{&nc.ClusterSecret, f.clusterSecret}, {&nc.Operators, f.operators}, {&nc.UploadSecret, f.uploadSecret}} {
 		if o.v != nil {
 			Override(o.dst, *o.v)
 		}
@@ -183,9 +207,15 @@ func (f *Flags) TLS() (server, client *tls.Config, err error) {
 	return node.LoadTLS(*f.tlsCert, *f.tlsKey, *f.tlsCA)
 }
 
+// ErrNoNodeCredentials is returned by NodeConfig for a node that would
+// run with its doors open: no cluster secret and no mutual TLS.
+var ErrNoNodeCredentials = errors.New("need node credentials: -cluster-secret (or node.cluster_secret, $WILLOW_CLUSTER_SECRET) or mutual TLS (-tls-cert, -tls-key, -tls-ca)")
+
 // NodeConfig returns the node runtime's config for role from nc, with the
-// TLS flags applied and, except for the master, the shared admission
-// policy (shedding.ServiceConfig) installed.
+// TLS flags and the credentials (package auth) applied and, except for the
+// master, the shared admission policy (shedding.ServiceConfig) installed.
+// It refuses (ErrNoNodeCredentials) to build a node without a cluster
+// secret or mutual TLS.
 func (f *Flags) NodeConfig(role string, nc NodeConfig, log *slog.Logger) (node.Config, error) {
 	if err := f.checkAdvertise(nc); err != nil {
 		return node.Config{}, err
@@ -194,12 +224,25 @@ func (f *Flags) NodeConfig(role string, nc NodeConfig, log *slog.Logger) (node.C
 	if err != nil {
 		return node.Config{}, err
 	}
+	mtls := srvTLS != nil && srvTLS.ClientCAs != nil
+	if nc.ClusterSecret == "" && !mtls {
+		return node.Config{}, ErrNoNodeCredentials
+	}
+	if err := RefusePlaceholder("cluster secret", nc.ClusterSecret); err != nil {
+		return node.Config{}, err
+	}
+	ac := &auth.Config{ClusterSecret: nc.ClusterSecret, UploadSecret: []byte(nc.UploadSecret)}
+	if nc.Operators != "" {
+		if ac.Operators, err = auth.LoadOperators(nc.Operators); err != nil {
+			return node.Config{}, err
+		}
+	}
 	cfg := node.Config{
 		ID: nc.ID, Role: role, Region: nc.Region, Zone: nc.Zone, Group: nc.Group,
 		GRPCAddr: nc.GRPC, AdminAddr: nc.Admin, MasterAddr: nc.Master,
 		Advertise: nc.Advertise, AdvertiseHTTP: nc.AdvertiseHTTP, AdvertiseHost: f.getenv("POD_IP"),
 		HeartbeatInterval: nc.HeartbeatInterval, ShutdownGrace: nc.ShutdownGrace, Capacity: nc.Capacity,
-		Logger: log, TLS: srvTLS, ClientTLS: cliTLS,
+		Logger: log, TLS: srvTLS, ClientTLS: cliTLS, Auth: ac,
 	}
 	if role != "master" {
 		sc := shedding.ServiceConfig()

@@ -24,7 +24,15 @@ type fileConfig struct {
 func parse(t *testing.T, role string, env map[string]string, args ...string) (*fileConfig, node.Config, error) {
 	t.Helper()
 	f := daemon.NewFlags(role, io.Discard, true)
-	f.Getenv = func(k string) string { return env[k] }
+	f.Getenv = func(k string) string {
+		if v, ok := env[k]; ok {
+			return v
+		}
+		if k == "WILLOW_CLUSTER_SECRET" {
+			return "test-cluster-secret" // every node needs credentials
+		}
+		return ""
+	}
 	var fc fileConfig
 	if err := f.Parse(args, &fc, &fc.Node, &fc.Store.Dir, &fc.Store.S3); err != nil {
 		return &fc, node.Config{}, err
@@ -136,5 +144,32 @@ func TestOpenStoreRefusesPlaceholders(t *testing.T) {
 	}
 	if err := daemon.RefusePlaceholder("upload secret", "a-real-one"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestNodeCredentialsRequired(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		wantErr string
+	}{
+		{"none", map[string]string{"WILLOW_CLUSTER_SECRET": ""}, nil, "need node credentials"},
+		{"placeholder", map[string]string{"WILLOW_CLUSTER_SECRET": "CHANGE-ME"}, nil, "placeholder"},
+		{"flag", map[string]string{"WILLOW_CLUSTER_SECRET": ""}, []string{"-cluster-secret", "s3cret"}, ""},
+		{"env", map[string]string{"WILLOW_CLUSTER_SECRET": "s3cret"}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, nc, err := parse(t, "upload", tc.env, tc.args...)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || nc.Auth == nil || nc.Auth.ClusterSecret != "s3cret" {
+				t.Fatalf("node config auth %+v, err %v", nc.Auth, err)
+			}
+		})
 	}
 }
