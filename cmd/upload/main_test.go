@@ -34,7 +34,9 @@ func TestRunServesUpload(t *testing.T) {
 	var stderr bytes.Buffer
 	m := &Main{Stderr: &stderr, Getenv: func(string) string { return "" }, Ready: func(n *node.Node) { ready <- n }}
 	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, []string{"-config", cfg, "-secret", "s", "-cluster-secret", "test-secret", "-operators", ops}) }()
+	go func() {
+		done <- m.Run(ctx, []string{"-config", cfg, "-secret", "s", "-cluster-secret", "test-secret", "-operators", ops})
+	}()
 	var n *node.Node
 	select {
 	case n = <-ready:
