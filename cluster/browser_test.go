@@ -24,7 +24,6 @@ import (
 // edge answers Chromium with the JPEG fallback. A control <img> forcing
 // ?format=heic shows that Chromium cannot display the stored bytes.
 func TestBrowserShowsEveryVariant(t *testing.T) {
-	chromium := testenv.LookPath(t, "chromium")
 	c := startCluster(t)
 	ctx := context.Background()
 	up := newClient(t, c, "a")
@@ -57,24 +56,7 @@ func TestBrowserShowsEveryVariant(t *testing.T) {
 	}))
 	defer ts.Close()
 
-	actx, acancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	defer acancel()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
-	defer tcancel()
+	bctx := testenv.Browser(t, 60*time.Second)
 	if err := chromedp.Do(bctx, chromedp.Navigate(ts.URL)); err != nil {
 		t.Fatalf("open page: %v", err)
 	}

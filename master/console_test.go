@@ -158,7 +158,6 @@ func mustString(v any) string { s, _ := v.(string); return s }
 // without a token; with it, switch the level through the button and the
 // confirmation showing the diff, then check a node received the level.
 func TestConsoleBrowser(t *testing.T) {
-	chromium := testenv.LookPath(t, "chromium")
 	m, ts := startConsole(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", MasterAddr: m.node.Addr(), Logger: quiet})
@@ -169,24 +168,7 @@ func TestConsoleBrowser(t *testing.T) {
 	defer ncancel()
 	go n.Run(nctx)
 
-	actx, acancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	defer acancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, tcancel := context.WithTimeout(ctx, 60*time.Second)
-	defer tcancel()
+	ctx := testenv.Browser(t, 60*time.Second)
 
 	// With a read-only identity the page shows the state and is read-only.
 	if err := chromedp.Do(ctx,

@@ -2,15 +2,14 @@ package web_test
 
 import (
 	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"willow/internal/testenv"
 	"willow/master"
 )
 
@@ -42,10 +41,6 @@ type pageState struct {
 // resumes at the front's offset (tus-js-client found it in localStorage)
 // and the page shows the photo from the edge cache.
 func TestConsoleUploadPageResumesAfterReload(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatal("chromium not found: the upload page test needs headless Chromium; run scripts/setup.sh (make setup)")
-	}
 	c := live(t)
 	path, raw := photo(t, "Kleiber_by_Lukas_Baubkus.jpg")
 	page := strings.TrimSuffix(c.File.Console, "/console") + "/console/upload?chunk=65536&region=a"
@@ -53,24 +48,7 @@ func TestConsoleUploadPageResumesAfterReload(t *testing.T) {
 	// edge URL.
 	tok := sign(t, c, "pageuser", "avatar")
 
-	actx, acancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	defer acancel()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	bctx, tcancel := context.WithTimeout(bctx, 3*time.Minute)
-	defer tcancel()
+	bctx := testenv.Browser(t, 3*time.Minute)
 
 	ready := chromedp.Poll[bool](`document.getElementById("region").options.length > 0`, chromedp.WithPollingTimeout(20*time.Second))
 	if err := chromedp.Do(bctx, chromedp.Navigate(page)); err != nil {

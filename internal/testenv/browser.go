@@ -1,0 +1,34 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// Browser starts headless Chromium (found as LookPath does, so a missing
+// browser fails the test naming scripts/setup.sh) with a fresh profile and
+// returns a chromedp context that ends after timeout or with the test.
+func Browser(t testing.TB, timeout time.Duration) context.Context {
+	t.Helper()
+	chromium := LookPath(t, "chromium")
+	actx, acancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	bctx, bcancel := chromedp.NewContext(actx)
+	ctx, tcancel := context.WithTimeout(bctx, timeout)
+	t.Cleanup(func() { tcancel(); bcancel(); acancel() })
+	return ctx
+}
