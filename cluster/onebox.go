@@ -302,7 +302,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tr, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: cfg.Regions[0]})
+	tr, err := client.NewRouter(client.RouterConfig{MasterAddr: masterAddr, Region: cfg.Regions[0], Credentials: tn.Credentials()})
 	if err != nil {
 		return nil, err
 	}

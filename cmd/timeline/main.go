@@ -100,7 +100,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	deps := timeline.Deps{Node: n, Redis: rdb, Logger: log}
 	if fc.Node.Master != "" {
 		// Publish checks media owners on the upload fronts.
-		r, err := client.NewRouter(client.RouterConfig{TLS: ncfg.ClientTLS, MasterAddr: fc.Node.Master, Region: fc.Node.Region})
+		r, err := client.NewRouter(client.RouterConfig{TLS: ncfg.ClientTLS, Credentials: n.Credentials(), MasterAddr: fc.Node.Master, Region: fc.Node.Region})
 		if err != nil {
 			return err
 		}

@@ -96,7 +96,9 @@ func TestUpOnRedisCluster(t *testing.T) {
 		want string
 	}{
 		{[]string{"timeline", "follow", "bob", "alice"}, "bob follows alice"},
-		{[]string{"timeline", "publish", "alice", "p1"}, "delivered 2 held 0"},
+		// With the media: the timeline checks its owner on the upload front
+		// with its node credentials.
+		{[]string{"timeline", "publish", "alice", "p1", res.ID}, "delivered 2 held 0"},
 		{[]string{"timeline", "poll", "bob"}, "alice p1"},
 		{[]string{"flex", "set", "yellow", "--reason", "rehearsal"}, ""},
 		{[]string{"flex", "status"}, "level yellow"},
