@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"willow/auth"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 )
@@ -142,6 +143,12 @@ func newFlexServer(t *testing.T, st flexStore, clock *fakeClock) *Server {
 	if err := s.cfg.applyDefaults(); err != nil {
 		t.Fatal(err)
 	}
+	// Token "t" is the on-call identity named "oncall" (operators' legacy form).
+	ops, err := operators(nil, nil, s.cfg.OncallToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ops = ops
 	if err := s.initFlex(st, prometheus.NewRegistry()); err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +180,8 @@ func TestFlexHandlersWithoutRedis(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{"no token", &willowv1.SetFlexRequest{Level: "red", Reason: "x"}, codes.Unauthenticated, "oncall_token"},
-		{"wrong token", &willowv1.SetFlexRequest{Level: "red", Reason: "x", Token: "nope"}, codes.PermissionDenied, "oncall_token"},
+		{"no token", &willowv1.SetFlexRequest{Level: "red", Reason: "x"}, codes.Unauthenticated, auth.ReasonNoCredentials},
+		{"wrong token", &willowv1.SetFlexRequest{Level: "red", Reason: "x", Token: "nope"}, codes.Unauthenticated, auth.ReasonBadCredentials},
 		{"bad knob", &willowv1.SetFlexRequest{Knobs: map[string]string{"image_quality": "5"}, Reason: "x", Token: "t"}, codes.InvalidArgument, "invalid_knob"},
 		{"stale version", &willowv1.SetFlexRequest{Level: "red", Reason: "x", Token: "t", ExpectedVersion: 7}, codes.Aborted, "version_conflict"},
 	}
@@ -199,8 +206,10 @@ func TestFlexHandlersWithoutRedis(t *testing.T) {
 	for _, e := range history(t, s) {
 		got = append(got, e.GetAction()+"/"+e.GetActor()+"/"+map[bool]string{true: "ok", false: "refused"}[e.GetAccepted()])
 	}
-	want := []string{"rollback/bob/ok", "set/alice/ok", "set/anonymous/refused", "knob/anonymous/refused",
-		"set/anonymous/refused", "set/anonymous/refused", "init/master/ok"}
+	// The actor is the authenticated identity, never the request's self-
+	// declared Actor (alice, bob).
+	want := []string{"rollback/oncall/ok", "set/oncall/ok", "set/oncall/refused", "knob/oncall/refused",
+		"set/unauthenticated/refused", "set/unauthenticated/refused", "init/master/ok"}
 	if len(got) != len(want) {
 		t.Fatalf("audit = %v, want %v", got, want)
 	}
