@@ -647,29 +647,13 @@ func BenchmarkRPC(b *testing.B) {
 	})
 }
 
-// TestHelperNodeProcess is not a test: TestKilledNodeProcessLeavesRoute
-// runs the test binary as a node process through it.
-func TestHelperNodeProcess(t *testing.T) {
-	masterAddr := os.Getenv("WILLOW_HELPER_NODE_MASTER")
-	if masterAddr == "" {
-		t.Skip("helper process for TestKilledNodeProcessLeavesRoute")
-	}
-	n, err := node.New(node.Config{ID: os.Getenv("WILLOW_HELPER_NODE_ID"), Role: "upload", Region: "a",
-		MasterAddr: masterAddr, Logger: quiet()}) // default 1 s heartbeats
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println("ADDR", n.Addr())
-	_ = n.Run(context.Background()) // until killed
-}
-
 func TestKilledNodeProcessLeavesRoute(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
 	cfg := regConfig()
 	cfg.MissedAfter = 0                                      // the default, 3 s
 	m := startRegMaster(t, rdb, "master-1", cfg, okProber{}) // heartbeats alone must tell
 	startRegNode(t, m.addr, "upload-a-2", "upload", "a")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperNodeProcess$")
+	cmd := exec.Command(os.Args[0]) // runs as a node: see TestMain
 	cmd.Env = append(os.Environ(), "WILLOW_HELPER_NODE_MASTER="+m.addr, "WILLOW_HELPER_NODE_ID=upload-a-1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
