@@ -692,24 +692,36 @@ func (h *HTTP) writeErr(w http.ResponseWriter, p protocol, code int, reason, msg
 	_ = json.NewEncoder(w).Encode(errorBody{Status: code, Reason: reason, Message: msg})
 }
 
+// openSession authenticates a request on route for the upload key, takes
+// the upload over from any stale request still writing to it, and returns
+// its state and the release of that takeover. On failure it has answered
+// the request and ok is false.
+func (h *HTTP) openSession(w http.ResponseWriter, r *http.Request, p protocol, route, key string) (ss SessionState, release func(), ok bool) {
+	c, _, err := h.claims(r, route)
+	if err != nil {
+		h.fail(w, p, err)
+		return ss, nil, false
+	}
+	release, err = h.takeover(w, key)
+	if err != nil {
+		h.fail(w, p, err)
+		return ss, nil, false
+	}
+	if _, ss, err = h.s.sessionOf(r.Context(), key, c.User); err != nil {
+		h.fail(w, p, err)
+		release()
+		return ss, nil, false
+	}
+	return ss, release, true
+}
+
 // head answers HEAD for both protocols: the upload's offset.
 func (h *HTTP) head(w http.ResponseWriter, r *http.Request, p protocol, key string) {
-	c, _, err := h.claims(r, RouteHead)
-	if err != nil {
-		h.fail(w, p, err)
-		return
-	}
-	release, err := h.takeover(w, key)
-	if err != nil {
-		h.fail(w, p, err)
+	ss, release, ok := h.openSession(w, r, p, RouteHead, key)
+	if !ok {
 		return
 	}
 	defer release()
-	_, ss, err := h.s.sessionOf(r.Context(), key, c.User)
-	if err != nil {
-		h.fail(w, p, err)
-		return
-	}
 	if !p.ietf && ss.Committed == nil && ss.Offset == ss.Size {
 		// In tus, offset == length is the acknowledgement: it is only
 		// ever reported after the commit (a commit that failed after the
@@ -746,22 +758,11 @@ func (h *HTTP) head(w http.ResponseWriter, r *http.Request, p protocol, key stri
 
 // terminate answers DELETE for both protocols.
 func (h *HTTP) terminate(w http.ResponseWriter, r *http.Request, p protocol, key string) {
-	c, _, err := h.claims(r, RouteDelete)
-	if err != nil {
-		h.fail(w, p, err)
-		return
-	}
-	release, err := h.takeover(w, key)
-	if err != nil {
-		h.fail(w, p, err)
+	ss, release, ok := h.openSession(w, r, p, RouteDelete, key)
+	if !ok {
 		return
 	}
 	defer release()
-	_, ss, err := h.s.sessionOf(r.Context(), key, c.User)
-	if err != nil {
-		h.fail(w, p, err)
-		return
-	}
 	if ss.Committed != nil {
 		setOutcome(w, ss.Committed)
 	}
