@@ -132,16 +132,25 @@ func (x *NodeInfo) GetCapacity() int32 {
 
 // Load is what a node reports every heartbeat.
 type Load struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cpu           float64                `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"` // CPU use of the process, cores
-	InFlight      int32                  `protobuf:"varint,2,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	QueueMs       float64                `protobuf:"fixed64,3,opt,name=queue_ms,json=queueMs,proto3" json:"queue_ms,omitempty"`                                                          // mean queueing time over the last second
-	SuccessRate   float64                `protobuf:"fixed64,4,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`                                              // over the last window, 0..1
-	Requests      int64                  `protobuf:"varint,5,opt,name=requests,proto3" json:"requests,omitempty"`                                                                        // requests in the last window
-	Errors        int64                  `protobuf:"varint,6,opt,name=errors,proto3" json:"errors,omitempty"`                                                                            // failed requests in the last window
-	Gauges        map[string]float64     `protobuf:"bytes,7,rep,name=gauges,proto3" json:"gauges,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"` // role-specific: pool bytes, held items...
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Cpu         float64                `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"` // CPU use of the process, cores
+	InFlight    int32                  `protobuf:"varint,2,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	QueueMs     float64                `protobuf:"fixed64,3,opt,name=queue_ms,json=queueMs,proto3" json:"queue_ms,omitempty"`                                                          // mean queueing time over the last second
+	SuccessRate float64                `protobuf:"fixed64,4,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`                                              // over the last window, 0..1
+	Requests    int64                  `protobuf:"varint,5,opt,name=requests,proto3" json:"requests,omitempty"`                                                                        // requests in the last window
+	Errors      int64                  `protobuf:"varint,6,opt,name=errors,proto3" json:"errors,omitempty"`                                                                            // failed requests in the last window
+	Gauges      map[string]float64     `protobuf:"bytes,7,rep,name=gauges,proto3" json:"gauges,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"` // role-specific: pool bytes, held items...
+	// Per-process resource counters (field numbers 20-29), sampled at each
+	// heartbeat. Counters are cumulative since the process started; the
+	// reader takes differences between heartbeats.
+	RssBytes         int64 `protobuf:"varint,20,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`                           // resident set size of this node's process
+	NetBytesIn       int64 `protobuf:"varint,21,opt,name=net_bytes_in,json=netBytesIn,proto3" json:"net_bytes_in,omitempty"`                   // bytes received by this node's servers (gRPC + HTTP)
+	NetBytesOut      int64 `protobuf:"varint,22,opt,name=net_bytes_out,json=netBytesOut,proto3" json:"net_bytes_out,omitempty"`                // bytes sent by this node's servers (gRPC + HTTP)
+	DiskBytesWritten int64 `protobuf:"varint,23,opt,name=disk_bytes_written,json=diskBytesWritten,proto3" json:"disk_bytes_written,omitempty"` // bytes written by staging and buffer pools
+	Fsyncs           int64 `protobuf:"varint,24,opt,name=fsyncs,proto3" json:"fsyncs,omitempty"`                                               // fsyncs issued by staging and buffer pools
+	SharedProcess    bool  `protobuf:"varint,25,opt,name=shared_process,json=sharedProcess,proto3" json:"shared_process,omitempty"`            // the node shares its process with other nodes (one-box): rss is the process's
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Load) Reset() {
@@ -221,6 +230,48 @@ func (x *Load) GetGauges() map[string]float64 {
 		return x.Gauges
 	}
 	return nil
+}
+
+func (x *Load) GetRssBytes() int64 {
+	if x != nil {
+		return x.RssBytes
+	}
+	return 0
+}
+
+func (x *Load) GetNetBytesIn() int64 {
+	if x != nil {
+		return x.NetBytesIn
+	}
+	return 0
+}
+
+func (x *Load) GetNetBytesOut() int64 {
+	if x != nil {
+		return x.NetBytesOut
+	}
+	return 0
+}
+
+func (x *Load) GetDiskBytesWritten() int64 {
+	if x != nil {
+		return x.DiskBytesWritten
+	}
+	return 0
+}
+
+func (x *Load) GetFsyncs() int64 {
+	if x != nil {
+		return x.Fsyncs
+	}
+	return 0
+}
+
+func (x *Load) GetSharedProcess() bool {
+	if x != nil {
+		return x.SharedProcess
+	}
+	return false
 }
 
 type RegisterRequest struct {
@@ -1642,7 +1693,7 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1d\n" +
 	"\n" +
 	"admin_addr\x18\b \x01(\tR\tadminAddr\x12\x1a\n" +
-	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\x97\x02\n" +
+	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\xe7\x03\n" +
 	"\x04Load\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\x05R\binFlight\x12\x19\n" +
@@ -1650,7 +1701,14 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\fsuccess_rate\x18\x04 \x01(\x01R\vsuccessRate\x12\x1a\n" +
 	"\brequests\x18\x05 \x01(\x03R\brequests\x12\x16\n" +
 	"\x06errors\x18\x06 \x01(\x03R\x06errors\x123\n" +
-	"\x06gauges\x18\a \x03(\v2\x1b.willow.v1.Load.GaugesEntryR\x06gauges\x1a9\n" +
+	"\x06gauges\x18\a \x03(\v2\x1b.willow.v1.Load.GaugesEntryR\x06gauges\x12\x1b\n" +
+	"\trss_bytes\x18\x14 \x01(\x03R\brssBytes\x12 \n" +
+	"\fnet_bytes_in\x18\x15 \x01(\x03R\n" +
+	"netBytesIn\x12\"\n" +
+	"\rnet_bytes_out\x18\x16 \x01(\x03R\vnetBytesOut\x12,\n" +
+	"\x12disk_bytes_written\x18\x17 \x01(\x03R\x10diskBytesWritten\x12\x16\n" +
+	"\x06fsyncs\x18\x18 \x01(\x03R\x06fsyncs\x12%\n" +
+	"\x0eshared_process\x18\x19 \x01(\bR\rsharedProcess\x1a9\n" +
 	"\vGaugesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\":\n" +
