@@ -149,8 +149,14 @@ type Load struct {
 	DiskBytesWritten int64 `protobuf:"varint,23,opt,name=disk_bytes_written,json=diskBytesWritten,proto3" json:"disk_bytes_written,omitempty"` // bytes written by staging and buffer pools
 	Fsyncs           int64 `protobuf:"varint,24,opt,name=fsyncs,proto3" json:"fsyncs,omitempty"`                                               // fsyncs issued by staging and buffer pools
 	SharedProcess    bool  `protobuf:"varint,25,opt,name=shared_process,json=sharedProcess,proto3" json:"shared_process,omitempty"`            // the node shares its process with other nodes (one-box): rss is the process's
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Auto-flex signals (field numbers 30-39), over the last window.
+	QueueP99Ms      float64 `protobuf:"fixed64,30,opt,name=queue_p99_ms,json=queueP99Ms,proto3" json:"queue_p99_ms,omitempty"`                  // p99 queueing time over the last second (compress: wait for a worker)
+	Backlog         int64   `protobuf:"varint,31,opt,name=backlog,proto3" json:"backlog,omitempty"`                                             // work waiting now (compress: tasks waiting for a worker)
+	AdmitFraction   float64 `protobuf:"fixed64,32,opt,name=admit_fraction,json=admitFraction,proto3" json:"admit_fraction,omitempty"`           // share of requests the shedder admits at its current level, 0..1 (1 = all)
+	StoreWritesPerS float64 `protobuf:"fixed64,33,opt,name=store_writes_per_s,json=storeWritesPerS,proto3" json:"store_writes_per_s,omitempty"` // upload front: store writes per second over the last window
+	BytesOutPerS    float64 `protobuf:"fixed64,34,opt,name=bytes_out_per_s,json=bytesOutPerS,proto3" json:"bytes_out_per_s,omitempty"`          // edge cache: response bytes per second over the last window
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Load) Reset() {
@@ -272,6 +278,41 @@ func (x *Load) GetSharedProcess() bool {
 		return x.SharedProcess
 	}
 	return false
+}
+
+func (x *Load) GetQueueP99Ms() float64 {
+	if x != nil {
+		return x.QueueP99Ms
+	}
+	return 0
+}
+
+func (x *Load) GetBacklog() int64 {
+	if x != nil {
+		return x.Backlog
+	}
+	return 0
+}
+
+func (x *Load) GetAdmitFraction() float64 {
+	if x != nil {
+		return x.AdmitFraction
+	}
+	return 0
+}
+
+func (x *Load) GetStoreWritesPerS() float64 {
+	if x != nil {
+		return x.StoreWritesPerS
+	}
+	return 0
+}
+
+func (x *Load) GetBytesOutPerS() float64 {
+	if x != nil {
+		return x.BytesOutPerS
+	}
+	return 0
 }
 
 type RegisterRequest struct {
@@ -1678,6 +1719,717 @@ func (x *ListDrillsResponse) GetDrills() []*Drill {
 	return nil
 }
 
+// Auto-flex (master/autoflex.go): the master steps the level from live
+// signals, under a policy.
+type GetFlexAutoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFlexAutoRequest) Reset() {
+	*x = GetFlexAutoRequest{}
+	mi := &file_willow_v1_master_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFlexAutoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFlexAutoRequest) ProtoMessage() {}
+
+func (x *GetFlexAutoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_master_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFlexAutoRequest.ProtoReflect.Descriptor instead.
+func (*GetFlexAutoRequest) Descriptor() ([]byte, []int) {
+	return file_willow_v1_master_proto_rawDescGZIP(), []int{25}
+}
+
+type SetFlexAutoRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Token  string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Mode   string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"` // on | off | dry-run
+	Reason string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// resume, with mode on or dry-run, ends a manual-override pause now.
+	Resume        bool `protobuf:"varint,4,opt,name=resume,proto3" json:"resume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetFlexAutoRequest) Reset() {
+	*x = SetFlexAutoRequest{}
+	mi := &file_willow_v1_master_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetFlexAutoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetFlexAutoRequest) ProtoMessage() {}
+
+func (x *SetFlexAutoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_master_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetFlexAutoRequest.ProtoReflect.Descriptor instead.
+func (*SetFlexAutoRequest) Descriptor() ([]byte, []int) {
+	return file_willow_v1_master_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SetFlexAutoRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *SetFlexAutoRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *SetFlexAutoRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetFlexAutoRequest) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
+}
+
+type AutoRuleStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Signal        string                 `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	Level         string                 `protobuf:"bytes,3,opt,name=level,proto3" json:"level,omitempty"`   // the level the rule asks for
+	Above         float64                `protobuf:"fixed64,4,opt,name=above,proto3" json:"above,omitempty"` // threshold
+	Below         float64                `protobuf:"fixed64,5,opt,name=below,proto3" json:"below,omitempty"` // hysteresis: the way back
+	DwellMs       int64                  `protobuf:"varint,6,opt,name=dwell_ms,json=dwellMs,proto3" json:"dwell_ms,omitempty"`
+	CooldownMs    int64                  `protobuf:"varint,7,opt,name=cooldown_ms,json=cooldownMs,proto3" json:"cooldown_ms,omitempty"`
+	Value         float64                `protobuf:"fixed64,8,opt,name=value,proto3" json:"value,omitempty"`                                  // the signal's last value
+	State         string                 `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`                                    // clear | rising | firing | falling | between
+	SinceUnixMs   int64                  `protobuf:"varint,10,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"` // when the state began
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AutoRuleStatus) Reset() {
+	*x = AutoRuleStatus{}
+	mi := &file_willow_v1_master_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoRuleStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoRuleStatus) ProtoMessage() {}
+
+func (x *AutoRuleStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_master_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoRuleStatus.ProtoReflect.Descriptor instead.
+func (*AutoRuleStatus) Descriptor() ([]byte, []int) {
+	return file_willow_v1_master_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AutoRuleStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AutoRuleStatus) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *AutoRuleStatus) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *AutoRuleStatus) GetAbove() float64 {
+	if x != nil {
+		return x.Above
+	}
+	return 0
+}
+
+func (x *AutoRuleStatus) GetBelow() float64 {
+	if x != nil {
+		return x.Below
+	}
+	return 0
+}
+
+func (x *AutoRuleStatus) GetDwellMs() int64 {
+	if x != nil {
+		return x.DwellMs
+	}
+	return 0
+}
+
+func (x *AutoRuleStatus) GetCooldownMs() int64 {
+	if x != nil {
+		return x.CooldownMs
+	}
+	return 0
+}
+
+func (x *AutoRuleStatus) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *AutoRuleStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *AutoRuleStatus) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+type FlexAutoStatus struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Mode              string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`                                                         // on | off | dry-run
+	Ceiling           string                 `protobuf:"bytes,2,opt,name=ceiling,proto3" json:"ceiling,omitempty"`                                                   // highest level auto-flex sets alone
+	HoldMs            int64                  `protobuf:"varint,3,opt,name=hold_ms,json=holdMs,proto3" json:"hold_ms,omitempty"`                                      // manual-override pause length
+	PausedUntilUnixMs int64                  `protobuf:"varint,4,opt,name=paused_until_unix_ms,json=pausedUntilUnixMs,proto3" json:"paused_until_unix_ms,omitempty"` // 0: not paused
+	PausedBy          string                 `protobuf:"bytes,5,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`                                 // actor of the manual change that paused it
+	PausedReason      string                 `protobuf:"bytes,6,opt,name=paused_reason,json=pausedReason,proto3" json:"paused_reason,omitempty"`
+	Proposal          string                 `protobuf:"bytes,7,opt,name=proposal,proto3" json:"proposal,omitempty"` // dry-run: "auto-flex would set yellow: ..."
+	ProposalAtUnixMs  int64                  `protobuf:"varint,8,opt,name=proposal_at_unix_ms,json=proposalAtUnixMs,proto3" json:"proposal_at_unix_ms,omitempty"`
+	LastStep          string                 `protobuf:"bytes,9,opt,name=last_step,json=lastStep,proto3" json:"last_step,omitempty"` // last step taken: "yellow: compress queue p99 ..."
+	LastStepAtUnixMs  int64                  `protobuf:"varint,10,opt,name=last_step_at_unix_ms,json=lastStepAtUnixMs,proto3" json:"last_step_at_unix_ms,omitempty"`
+	Leader            string                 `protobuf:"bytes,11,opt,name=leader,proto3" json:"leader,omitempty"` // the master that acts (holds the lease)
+	Rules             []*AutoRuleStatus      `protobuf:"bytes,12,rep,name=rules,proto3" json:"rules,omitempty"`
+	Signals           map[string]float64     `protobuf:"bytes,13,rep,name=signals,proto3" json:"signals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"` // signal name -> last value
+	ChangedBy         string                 `protobuf:"bytes,14,opt,name=changed_by,json=changedBy,proto3" json:"changed_by,omitempty"`                                                        // who set the mode
+	ChangedAtUnixMs   int64                  `protobuf:"varint,15,opt,name=changed_at_unix_ms,json=changedAtUnixMs,proto3" json:"changed_at_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *FlexAutoStatus) Reset() {
+	*x = FlexAutoStatus{}
+	mi := &file_willow_v1_master_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlexAutoStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlexAutoStatus) ProtoMessage() {}
+
+func (x *FlexAutoStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_master_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlexAutoStatus.ProtoReflect.Descriptor instead.
+func (*FlexAutoStatus) Descriptor() ([]byte, []int) {
+	return file_willow_v1_master_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *FlexAutoStatus) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *FlexAutoStatus) GetCeiling() string {
+	if x != nil {
+		return x.Ceiling
+	}
+	return ""
+}
+
+func (x *FlexAutoStatus) GetHoldMs() int64 {
+	if x != nil {
+		return x.HoldMs
+	}
+	return 0
+}
+
+func (x *FlexAutoStatus) GetPausedUntilUnixMs() int64 {
+	if x != nil {
+		return x.PausedUntilUnixMs
+	}
+	return 0
+}
+
+func (x *FlexAutoStatus) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *FlexAutoStatus) GetPausedReason() string {
+	if x != nil {
+		return x.PausedReason
+	}
+	return ""
+}
+
+func (x *FlexAutoStatus) GetProposal() string {
+	if x != nil {
+		return x.Proposal
+	}
+	return ""
+}
+
+func (x *FlexAutoStatus) GetProposalAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposalAtUnixMs
+	}
+	return 0
+}
+
+func (x *FlexAutoStatus) GetLastStep() string {
+	if x != nil {
+		return x.LastStep
+	}
+	return ""
+}
+
+func (x *FlexAutoStatus) GetLastStepAtUnixMs() int64 {
+	if x != nil {
+		return x.LastStepAtUnixMs
+	}
+	return 0
+}
+
+func (x *FlexAutoStatus) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *FlexAutoStatus) GetRules() []*AutoRuleStatus {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *FlexAutoStatus) GetSignals() map[string]float64 {
+	if x != nil {
+		return x.Signals
+	}
+	return nil
+}
+
+func (x *FlexAutoStatus) GetChangedBy() string {
+	if x != nil {
+		return x.ChangedBy
+	}
+	return ""
+}
+
+func (x *FlexAutoStatus) GetChangedAtUnixMs() int64 {
+	if x != nil {
+		return x.ChangedAtUnixMs
+	}
+	return 0
+}
+
+type ScheduledChange struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // s1, s2, ...
+	AtUnixMs        int64                  `protobuf:"varint,2,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	Level           string                 `protobuf:"bytes,3,opt,name=level,proto3" json:"level,omitempty"` // level, or knobs, or both
+	Knobs           map[string]string      `protobuf:"bytes,4,rep,name=knobs,proto3" json:"knobs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Scope           string                 `protobuf:"bytes,5,opt,name=scope,proto3" json:"scope,omitempty"`
+	ForMs           int64                  `protobuf:"varint,6,opt,name=for_ms,json=forMs,proto3" json:"for_ms,omitempty"` // the applied change expires after for_ms
+	Reason          string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Actor           string                 `protobuf:"bytes,8,opt,name=actor,proto3" json:"actor,omitempty"` // who scheduled it
+	CreatedAtUnixMs int64                  `protobuf:"varint,9,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
+	State           string                 `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"` // pending | applied | failed | cancelled
+	Error           string                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"` // why it failed at apply time
+	AppliedVersion  int64                  `protobuf:"varint,12,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
+	DoneAtUnixMs    int64                  `protobuf:"varint,13,opt,name=done_at_unix_ms,json=doneAtUnixMs,proto3" json:"done_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ScheduledChange) Reset() {
+	*x = ScheduledChange{}
+	mi := &file_willow_v1_master_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduledChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduledChange) ProtoMessage() {}
+
+func (x *ScheduledChange) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_master_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduledChange.ProtoReflect.Descriptor instead.
+func (*ScheduledChange) Descriptor() ([]byte, []int) {
+	return file_willow_v1_master_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ScheduledChange) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ScheduledChange) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduledChange) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *ScheduledChange) GetKnobs() map[string]string {
+	if x != nil {
+		return x.Knobs
+	}
+	return nil
+}
+
+func (x *ScheduledChange) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *ScheduledChange) GetForMs() int64 {
+	if x != nil {
+		return x.ForMs
+	}
+	return 0
+}
+
+func (x *ScheduledChange) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ScheduledChange) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ScheduledChange) GetCreatedAtUnixMs() int64 {
+	if x != nil {
+		return x.CreatedAtUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduledChange) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ScheduledChange) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ScheduledChange) GetAppliedVersion() int64 {
+	if x != nil {
+		return x.AppliedVersion
+	}
+	return 0
+}
+
+func (x *ScheduledChange) GetDoneAtUnixMs() int64 {
+	if x != nil {
+		return x.DoneAtUnixMs
+	}
+	return 0
+}
+
+type ScheduleFlexRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Change        *ScheduledChange       `protobuf:"bytes,2,opt,name=change,proto3" json:"change,omitempty"` // at_unix_ms, level/knobs, scope, for_ms, reason
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleFlexRequest) Reset() {
+	*x = ScheduleFlexRequest{}
+	mi := &file_willow_v1_master_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleFlexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleFlexRequest) ProtoMessage() {}
+
+func (x *ScheduleFlexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_master_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleFlexRequest.ProtoReflect.Descriptor instead.
+func (*ScheduleFlexRequest) Descriptor() ([]byte, []int) {
+	return file_willow_v1_master_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ScheduleFlexRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *ScheduleFlexRequest) GetChange() *ScheduledChange {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
+type ListSchedulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_willow_v1_master_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_master_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_willow_v1_master_proto_rawDescGZIP(), []int{31}
+}
+
+type ListSchedulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Schedules     []*ScheduledChange     `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_willow_v1_master_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_master_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_willow_v1_master_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*ScheduledChange {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+type CancelScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScheduleRequest) Reset() {
+	*x = CancelScheduleRequest{}
+	mi := &file_willow_v1_master_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScheduleRequest) ProtoMessage() {}
+
+func (x *CancelScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_willow_v1_master_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScheduleRequest.ProtoReflect.Descriptor instead.
+func (*CancelScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_willow_v1_master_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CancelScheduleRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CancelScheduleRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CancelScheduleRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_willow_v1_master_proto protoreflect.FileDescriptor
 
 const file_willow_v1_master_proto_rawDesc = "" +
@@ -1693,7 +2445,7 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1d\n" +
 	"\n" +
 	"admin_addr\x18\b \x01(\tR\tadminAddr\x12\x1a\n" +
-	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\xe7\x03\n" +
+	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\x9e\x05\n" +
 	"\x04Load\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\x05R\binFlight\x12\x19\n" +
@@ -1708,7 +2460,13 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\rnet_bytes_out\x18\x16 \x01(\x03R\vnetBytesOut\x12,\n" +
 	"\x12disk_bytes_written\x18\x17 \x01(\x03R\x10diskBytesWritten\x12\x16\n" +
 	"\x06fsyncs\x18\x18 \x01(\x03R\x06fsyncs\x12%\n" +
-	"\x0eshared_process\x18\x19 \x01(\bR\rsharedProcess\x1a9\n" +
+	"\x0eshared_process\x18\x19 \x01(\bR\rsharedProcess\x12 \n" +
+	"\fqueue_p99_ms\x18\x1e \x01(\x01R\n" +
+	"queueP99Ms\x12\x18\n" +
+	"\abacklog\x18\x1f \x01(\x03R\abacklog\x12%\n" +
+	"\x0eadmit_fraction\x18  \x01(\x01R\radmitFraction\x12+\n" +
+	"\x12store_writes_per_s\x18! \x01(\x01R\x0fstoreWritesPerS\x12%\n" +
+	"\x0fbytes_out_per_s\x18\" \x01(\x01R\fbytesOutPerS\x1a9\n" +
 	"\vGaugesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\":\n" +
@@ -1817,7 +2575,77 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\x05drill\x18\x01 \x01(\v2\x10.willow.v1.DrillR\x05drill\"\x13\n" +
 	"\x11ListDrillsRequest\">\n" +
 	"\x12ListDrillsResponse\x12(\n" +
-	"\x06drills\x18\x01 \x03(\v2\x10.willow.v1.DrillR\x06drills2\xfc\x05\n" +
+	"\x06drills\x18\x01 \x03(\v2\x10.willow.v1.DrillR\x06drills\"\x14\n" +
+	"\x12GetFlexAutoRequest\"n\n" +
+	"\x12SetFlexAutoRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06resume\x18\x04 \x01(\bR\x06resume\"\x8a\x02\n" +
+	"\x0eAutoRuleStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x14\n" +
+	"\x05level\x18\x03 \x01(\tR\x05level\x12\x14\n" +
+	"\x05above\x18\x04 \x01(\x01R\x05above\x12\x14\n" +
+	"\x05below\x18\x05 \x01(\x01R\x05below\x12\x19\n" +
+	"\bdwell_ms\x18\x06 \x01(\x03R\adwellMs\x12\x1f\n" +
+	"\vcooldown_ms\x18\a \x01(\x03R\n" +
+	"cooldownMs\x12\x14\n" +
+	"\x05value\x18\b \x01(\x01R\x05value\x12\x14\n" +
+	"\x05state\x18\t \x01(\tR\x05state\x12\"\n" +
+	"\rsince_unix_ms\x18\n" +
+	" \x01(\x03R\vsinceUnixMs\"\xf5\x04\n" +
+	"\x0eFlexAutoStatus\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x18\n" +
+	"\aceiling\x18\x02 \x01(\tR\aceiling\x12\x17\n" +
+	"\ahold_ms\x18\x03 \x01(\x03R\x06holdMs\x12/\n" +
+	"\x14paused_until_unix_ms\x18\x04 \x01(\x03R\x11pausedUntilUnixMs\x12\x1b\n" +
+	"\tpaused_by\x18\x05 \x01(\tR\bpausedBy\x12#\n" +
+	"\rpaused_reason\x18\x06 \x01(\tR\fpausedReason\x12\x1a\n" +
+	"\bproposal\x18\a \x01(\tR\bproposal\x12-\n" +
+	"\x13proposal_at_unix_ms\x18\b \x01(\x03R\x10proposalAtUnixMs\x12\x1b\n" +
+	"\tlast_step\x18\t \x01(\tR\blastStep\x12.\n" +
+	"\x14last_step_at_unix_ms\x18\n" +
+	" \x01(\x03R\x10lastStepAtUnixMs\x12\x16\n" +
+	"\x06leader\x18\v \x01(\tR\x06leader\x12/\n" +
+	"\x05rules\x18\f \x03(\v2\x19.willow.v1.AutoRuleStatusR\x05rules\x12@\n" +
+	"\asignals\x18\r \x03(\v2&.willow.v1.FlexAutoStatus.SignalsEntryR\asignals\x12\x1d\n" +
+	"\n" +
+	"changed_by\x18\x0e \x01(\tR\tchangedBy\x12+\n" +
+	"\x12changed_at_unix_ms\x18\x0f \x01(\x03R\x0fchangedAtUnixMs\x1a:\n" +
+	"\fSignalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xd0\x03\n" +
+	"\x0fScheduledChange\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x02 \x01(\x03R\batUnixMs\x12\x14\n" +
+	"\x05level\x18\x03 \x01(\tR\x05level\x12;\n" +
+	"\x05knobs\x18\x04 \x03(\v2%.willow.v1.ScheduledChange.KnobsEntryR\x05knobs\x12\x14\n" +
+	"\x05scope\x18\x05 \x01(\tR\x05scope\x12\x15\n" +
+	"\x06for_ms\x18\x06 \x01(\x03R\x05forMs\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\b \x01(\tR\x05actor\x12+\n" +
+	"\x12created_at_unix_ms\x18\t \x01(\x03R\x0fcreatedAtUnixMs\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12\x14\n" +
+	"\x05error\x18\v \x01(\tR\x05error\x12'\n" +
+	"\x0fapplied_version\x18\f \x01(\x03R\x0eappliedVersion\x12%\n" +
+	"\x0fdone_at_unix_ms\x18\r \x01(\x03R\fdoneAtUnixMs\x1a8\n" +
+	"\n" +
+	"KnobsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"_\n" +
+	"\x13ScheduleFlexRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x122\n" +
+	"\x06change\x18\x02 \x01(\v2\x1a.willow.v1.ScheduledChangeR\x06change\"\x16\n" +
+	"\x14ListSchedulesRequest\"Q\n" +
+	"\x15ListSchedulesResponse\x128\n" +
+	"\tschedules\x18\x01 \x03(\v2\x1a.willow.v1.ScheduledChangeR\tschedules\"U\n" +
+	"\x15CancelScheduleRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason2\xfe\b\n" +
 	"\x06Master\x12C\n" +
 	"\bRegister\x12\x1a.willow.v1.RegisterRequest\x1a\x1b.willow.v1.RegisterResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.willow.v1.HeartbeatRequest\x1a\x1c.willow.v1.HeartbeatResponse\x12:\n" +
@@ -1830,7 +2658,12 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\tListNodes\x12\x1b.willow.v1.ListNodesRequest\x1a\x1c.willow.v1.ListNodesResponse\x12C\n" +
 	"\bSetDrill\x12\x1a.willow.v1.SetDrillRequest\x1a\x1b.willow.v1.SetDrillResponse\x12I\n" +
 	"\n" +
-	"ListDrills\x12\x1c.willow.v1.ListDrillsRequest\x1a\x1d.willow.v1.ListDrillsResponseB!Z\x1fwillow/proto/willow/v1;willowv1b\x06proto3"
+	"ListDrills\x12\x1c.willow.v1.ListDrillsRequest\x1a\x1d.willow.v1.ListDrillsResponse\x12G\n" +
+	"\vGetFlexAuto\x12\x1d.willow.v1.GetFlexAutoRequest\x1a\x19.willow.v1.FlexAutoStatus\x12G\n" +
+	"\vSetFlexAuto\x12\x1d.willow.v1.SetFlexAutoRequest\x1a\x19.willow.v1.FlexAutoStatus\x12J\n" +
+	"\fScheduleFlex\x12\x1e.willow.v1.ScheduleFlexRequest\x1a\x1a.willow.v1.ScheduledChange\x12R\n" +
+	"\rListSchedules\x12\x1f.willow.v1.ListSchedulesRequest\x1a .willow.v1.ListSchedulesResponse\x12N\n" +
+	"\x0eCancelSchedule\x12 .willow.v1.CancelScheduleRequest\x1a\x1a.willow.v1.ScheduledChangeB!Z\x1fwillow/proto/willow/v1;willowv1b\x06proto3"
 
 var (
 	file_willow_v1_master_proto_rawDescOnce sync.Once
@@ -1844,87 +2677,113 @@ func file_willow_v1_master_proto_rawDescGZIP() []byte {
 	return file_willow_v1_master_proto_rawDescData
 }
 
-var file_willow_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_willow_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_willow_v1_master_proto_goTypes = []any{
-	(*NodeInfo)(nil),            // 0: willow.v1.NodeInfo
-	(*Load)(nil),                // 1: willow.v1.Load
-	(*RegisterRequest)(nil),     // 2: willow.v1.RegisterRequest
-	(*RegisterResponse)(nil),    // 3: willow.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),    // 4: willow.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),   // 5: willow.v1.HeartbeatResponse
-	(*RouteRequest)(nil),        // 6: willow.v1.RouteRequest
-	(*Endpoint)(nil),            // 7: willow.v1.Endpoint
-	(*RouteResponse)(nil),       // 8: willow.v1.RouteResponse
-	(*WatchRequest)(nil),        // 9: willow.v1.WatchRequest
-	(*WatchEvent)(nil),          // 10: willow.v1.WatchEvent
-	(*GetFlexRequest)(nil),      // 11: willow.v1.GetFlexRequest
-	(*SetFlexRequest)(nil),      // 12: willow.v1.SetFlexRequest
-	(*SetFlexResponse)(nil),     // 13: willow.v1.SetFlexResponse
-	(*RollbackFlexRequest)(nil), // 14: willow.v1.RollbackFlexRequest
-	(*FlexHistoryRequest)(nil),  // 15: willow.v1.FlexHistoryRequest
-	(*AuditEntry)(nil),          // 16: willow.v1.AuditEntry
-	(*FlexHistoryResponse)(nil), // 17: willow.v1.FlexHistoryResponse
-	(*ListNodesRequest)(nil),    // 18: willow.v1.ListNodesRequest
-	(*NodeStatus)(nil),          // 19: willow.v1.NodeStatus
-	(*ListNodesResponse)(nil),   // 20: willow.v1.ListNodesResponse
-	(*SetDrillRequest)(nil),     // 21: willow.v1.SetDrillRequest
-	(*SetDrillResponse)(nil),    // 22: willow.v1.SetDrillResponse
-	(*ListDrillsRequest)(nil),   // 23: willow.v1.ListDrillsRequest
-	(*ListDrillsResponse)(nil),  // 24: willow.v1.ListDrillsResponse
-	nil,                         // 25: willow.v1.Load.GaugesEntry
-	nil,                         // 26: willow.v1.SetFlexRequest.KnobsEntry
-	(*FlexState)(nil),           // 27: willow.v1.FlexState
-	(*Drill)(nil),               // 28: willow.v1.Drill
+	(*NodeInfo)(nil),              // 0: willow.v1.NodeInfo
+	(*Load)(nil),                  // 1: willow.v1.Load
+	(*RegisterRequest)(nil),       // 2: willow.v1.RegisterRequest
+	(*RegisterResponse)(nil),      // 3: willow.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),      // 4: willow.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 5: willow.v1.HeartbeatResponse
+	(*RouteRequest)(nil),          // 6: willow.v1.RouteRequest
+	(*Endpoint)(nil),              // 7: willow.v1.Endpoint
+	(*RouteResponse)(nil),         // 8: willow.v1.RouteResponse
+	(*WatchRequest)(nil),          // 9: willow.v1.WatchRequest
+	(*WatchEvent)(nil),            // 10: willow.v1.WatchEvent
+	(*GetFlexRequest)(nil),        // 11: willow.v1.GetFlexRequest
+	(*SetFlexRequest)(nil),        // 12: willow.v1.SetFlexRequest
+	(*SetFlexResponse)(nil),       // 13: willow.v1.SetFlexResponse
+	(*RollbackFlexRequest)(nil),   // 14: willow.v1.RollbackFlexRequest
+	(*FlexHistoryRequest)(nil),    // 15: willow.v1.FlexHistoryRequest
+	(*AuditEntry)(nil),            // 16: willow.v1.AuditEntry
+	(*FlexHistoryResponse)(nil),   // 17: willow.v1.FlexHistoryResponse
+	(*ListNodesRequest)(nil),      // 18: willow.v1.ListNodesRequest
+	(*NodeStatus)(nil),            // 19: willow.v1.NodeStatus
+	(*ListNodesResponse)(nil),     // 20: willow.v1.ListNodesResponse
+	(*SetDrillRequest)(nil),       // 21: willow.v1.SetDrillRequest
+	(*SetDrillResponse)(nil),      // 22: willow.v1.SetDrillResponse
+	(*ListDrillsRequest)(nil),     // 23: willow.v1.ListDrillsRequest
+	(*ListDrillsResponse)(nil),    // 24: willow.v1.ListDrillsResponse
+	(*GetFlexAutoRequest)(nil),    // 25: willow.v1.GetFlexAutoRequest
+	(*SetFlexAutoRequest)(nil),    // 26: willow.v1.SetFlexAutoRequest
+	(*AutoRuleStatus)(nil),        // 27: willow.v1.AutoRuleStatus
+	(*FlexAutoStatus)(nil),        // 28: willow.v1.FlexAutoStatus
+	(*ScheduledChange)(nil),       // 29: willow.v1.ScheduledChange
+	(*ScheduleFlexRequest)(nil),   // 30: willow.v1.ScheduleFlexRequest
+	(*ListSchedulesRequest)(nil),  // 31: willow.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 32: willow.v1.ListSchedulesResponse
+	(*CancelScheduleRequest)(nil), // 33: willow.v1.CancelScheduleRequest
+	nil,                           // 34: willow.v1.Load.GaugesEntry
+	nil,                           // 35: willow.v1.SetFlexRequest.KnobsEntry
+	nil,                           // 36: willow.v1.FlexAutoStatus.SignalsEntry
+	nil,                           // 37: willow.v1.ScheduledChange.KnobsEntry
+	(*FlexState)(nil),             // 38: willow.v1.FlexState
+	(*Drill)(nil),                 // 39: willow.v1.Drill
 }
 var file_willow_v1_master_proto_depIdxs = []int32{
-	25, // 0: willow.v1.Load.gauges:type_name -> willow.v1.Load.GaugesEntry
+	34, // 0: willow.v1.Load.gauges:type_name -> willow.v1.Load.GaugesEntry
 	0,  // 1: willow.v1.RegisterRequest.node:type_name -> willow.v1.NodeInfo
-	27, // 2: willow.v1.RegisterResponse.flex:type_name -> willow.v1.FlexState
+	38, // 2: willow.v1.RegisterResponse.flex:type_name -> willow.v1.FlexState
 	0,  // 3: willow.v1.HeartbeatRequest.node:type_name -> willow.v1.NodeInfo
 	1,  // 4: willow.v1.HeartbeatRequest.load:type_name -> willow.v1.Load
-	28, // 5: willow.v1.HeartbeatResponse.drills:type_name -> willow.v1.Drill
+	39, // 5: willow.v1.HeartbeatResponse.drills:type_name -> willow.v1.Drill
 	7,  // 6: willow.v1.RouteResponse.primary:type_name -> willow.v1.Endpoint
 	7,  // 7: willow.v1.RouteResponse.secondary:type_name -> willow.v1.Endpoint
-	27, // 8: willow.v1.RouteResponse.flex:type_name -> willow.v1.FlexState
-	27, // 9: willow.v1.WatchEvent.flex:type_name -> willow.v1.FlexState
-	28, // 10: willow.v1.WatchEvent.drills:type_name -> willow.v1.Drill
-	26, // 11: willow.v1.SetFlexRequest.knobs:type_name -> willow.v1.SetFlexRequest.KnobsEntry
-	27, // 12: willow.v1.SetFlexResponse.flex:type_name -> willow.v1.FlexState
-	27, // 13: willow.v1.SetFlexResponse.previous:type_name -> willow.v1.FlexState
+	38, // 8: willow.v1.RouteResponse.flex:type_name -> willow.v1.FlexState
+	38, // 9: willow.v1.WatchEvent.flex:type_name -> willow.v1.FlexState
+	39, // 10: willow.v1.WatchEvent.drills:type_name -> willow.v1.Drill
+	35, // 11: willow.v1.SetFlexRequest.knobs:type_name -> willow.v1.SetFlexRequest.KnobsEntry
+	38, // 12: willow.v1.SetFlexResponse.flex:type_name -> willow.v1.FlexState
+	38, // 13: willow.v1.SetFlexResponse.previous:type_name -> willow.v1.FlexState
 	16, // 14: willow.v1.FlexHistoryResponse.entries:type_name -> willow.v1.AuditEntry
 	0,  // 15: willow.v1.NodeStatus.node:type_name -> willow.v1.NodeInfo
 	1,  // 16: willow.v1.NodeStatus.load:type_name -> willow.v1.Load
 	19, // 17: willow.v1.ListNodesResponse.nodes:type_name -> willow.v1.NodeStatus
-	28, // 18: willow.v1.SetDrillRequest.drill:type_name -> willow.v1.Drill
-	28, // 19: willow.v1.SetDrillResponse.drill:type_name -> willow.v1.Drill
-	28, // 20: willow.v1.ListDrillsResponse.drills:type_name -> willow.v1.Drill
-	2,  // 21: willow.v1.Master.Register:input_type -> willow.v1.RegisterRequest
-	4,  // 22: willow.v1.Master.Heartbeat:input_type -> willow.v1.HeartbeatRequest
-	6,  // 23: willow.v1.Master.Route:input_type -> willow.v1.RouteRequest
-	9,  // 24: willow.v1.Master.Watch:input_type -> willow.v1.WatchRequest
-	11, // 25: willow.v1.Master.GetFlex:input_type -> willow.v1.GetFlexRequest
-	12, // 26: willow.v1.Master.SetFlex:input_type -> willow.v1.SetFlexRequest
-	14, // 27: willow.v1.Master.RollbackFlex:input_type -> willow.v1.RollbackFlexRequest
-	15, // 28: willow.v1.Master.FlexHistory:input_type -> willow.v1.FlexHistoryRequest
-	18, // 29: willow.v1.Master.ListNodes:input_type -> willow.v1.ListNodesRequest
-	21, // 30: willow.v1.Master.SetDrill:input_type -> willow.v1.SetDrillRequest
-	23, // 31: willow.v1.Master.ListDrills:input_type -> willow.v1.ListDrillsRequest
-	3,  // 32: willow.v1.Master.Register:output_type -> willow.v1.RegisterResponse
-	5,  // 33: willow.v1.Master.Heartbeat:output_type -> willow.v1.HeartbeatResponse
-	8,  // 34: willow.v1.Master.Route:output_type -> willow.v1.RouteResponse
-	10, // 35: willow.v1.Master.Watch:output_type -> willow.v1.WatchEvent
-	27, // 36: willow.v1.Master.GetFlex:output_type -> willow.v1.FlexState
-	13, // 37: willow.v1.Master.SetFlex:output_type -> willow.v1.SetFlexResponse
-	13, // 38: willow.v1.Master.RollbackFlex:output_type -> willow.v1.SetFlexResponse
-	17, // 39: willow.v1.Master.FlexHistory:output_type -> willow.v1.FlexHistoryResponse
-	20, // 40: willow.v1.Master.ListNodes:output_type -> willow.v1.ListNodesResponse
-	22, // 41: willow.v1.Master.SetDrill:output_type -> willow.v1.SetDrillResponse
-	24, // 42: willow.v1.Master.ListDrills:output_type -> willow.v1.ListDrillsResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	39, // 18: willow.v1.SetDrillRequest.drill:type_name -> willow.v1.Drill
+	39, // 19: willow.v1.SetDrillResponse.drill:type_name -> willow.v1.Drill
+	39, // 20: willow.v1.ListDrillsResponse.drills:type_name -> willow.v1.Drill
+	27, // 21: willow.v1.FlexAutoStatus.rules:type_name -> willow.v1.AutoRuleStatus
+	36, // 22: willow.v1.FlexAutoStatus.signals:type_name -> willow.v1.FlexAutoStatus.SignalsEntry
+	37, // 23: willow.v1.ScheduledChange.knobs:type_name -> willow.v1.ScheduledChange.KnobsEntry
+	29, // 24: willow.v1.ScheduleFlexRequest.change:type_name -> willow.v1.ScheduledChange
+	29, // 25: willow.v1.ListSchedulesResponse.schedules:type_name -> willow.v1.ScheduledChange
+	2,  // 26: willow.v1.Master.Register:input_type -> willow.v1.RegisterRequest
+	4,  // 27: willow.v1.Master.Heartbeat:input_type -> willow.v1.HeartbeatRequest
+	6,  // 28: willow.v1.Master.Route:input_type -> willow.v1.RouteRequest
+	9,  // 29: willow.v1.Master.Watch:input_type -> willow.v1.WatchRequest
+	11, // 30: willow.v1.Master.GetFlex:input_type -> willow.v1.GetFlexRequest
+	12, // 31: willow.v1.Master.SetFlex:input_type -> willow.v1.SetFlexRequest
+	14, // 32: willow.v1.Master.RollbackFlex:input_type -> willow.v1.RollbackFlexRequest
+	15, // 33: willow.v1.Master.FlexHistory:input_type -> willow.v1.FlexHistoryRequest
+	18, // 34: willow.v1.Master.ListNodes:input_type -> willow.v1.ListNodesRequest
+	21, // 35: willow.v1.Master.SetDrill:input_type -> willow.v1.SetDrillRequest
+	23, // 36: willow.v1.Master.ListDrills:input_type -> willow.v1.ListDrillsRequest
+	25, // 37: willow.v1.Master.GetFlexAuto:input_type -> willow.v1.GetFlexAutoRequest
+	26, // 38: willow.v1.Master.SetFlexAuto:input_type -> willow.v1.SetFlexAutoRequest
+	30, // 39: willow.v1.Master.ScheduleFlex:input_type -> willow.v1.ScheduleFlexRequest
+	31, // 40: willow.v1.Master.ListSchedules:input_type -> willow.v1.ListSchedulesRequest
+	33, // 41: willow.v1.Master.CancelSchedule:input_type -> willow.v1.CancelScheduleRequest
+	3,  // 42: willow.v1.Master.Register:output_type -> willow.v1.RegisterResponse
+	5,  // 43: willow.v1.Master.Heartbeat:output_type -> willow.v1.HeartbeatResponse
+	8,  // 44: willow.v1.Master.Route:output_type -> willow.v1.RouteResponse
+	10, // 45: willow.v1.Master.Watch:output_type -> willow.v1.WatchEvent
+	38, // 46: willow.v1.Master.GetFlex:output_type -> willow.v1.FlexState
+	13, // 47: willow.v1.Master.SetFlex:output_type -> willow.v1.SetFlexResponse
+	13, // 48: willow.v1.Master.RollbackFlex:output_type -> willow.v1.SetFlexResponse
+	17, // 49: willow.v1.Master.FlexHistory:output_type -> willow.v1.FlexHistoryResponse
+	20, // 50: willow.v1.Master.ListNodes:output_type -> willow.v1.ListNodesResponse
+	22, // 51: willow.v1.Master.SetDrill:output_type -> willow.v1.SetDrillResponse
+	24, // 52: willow.v1.Master.ListDrills:output_type -> willow.v1.ListDrillsResponse
+	28, // 53: willow.v1.Master.GetFlexAuto:output_type -> willow.v1.FlexAutoStatus
+	28, // 54: willow.v1.Master.SetFlexAuto:output_type -> willow.v1.FlexAutoStatus
+	29, // 55: willow.v1.Master.ScheduleFlex:output_type -> willow.v1.ScheduledChange
+	32, // 56: willow.v1.Master.ListSchedules:output_type -> willow.v1.ListSchedulesResponse
+	29, // 57: willow.v1.Master.CancelSchedule:output_type -> willow.v1.ScheduledChange
+	42, // [42:58] is the sub-list for method output_type
+	26, // [26:42] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_willow_v1_master_proto_init() }
@@ -1939,7 +2798,7 @@ func file_willow_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_willow_v1_master_proto_rawDesc), len(file_willow_v1_master_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,17 +19,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_Register_FullMethodName     = "/willow.v1.Master/Register"
-	Master_Heartbeat_FullMethodName    = "/willow.v1.Master/Heartbeat"
-	Master_Route_FullMethodName        = "/willow.v1.Master/Route"
-	Master_Watch_FullMethodName        = "/willow.v1.Master/Watch"
-	Master_GetFlex_FullMethodName      = "/willow.v1.Master/GetFlex"
-	Master_SetFlex_FullMethodName      = "/willow.v1.Master/SetFlex"
-	Master_RollbackFlex_FullMethodName = "/willow.v1.Master/RollbackFlex"
-	Master_FlexHistory_FullMethodName  = "/willow.v1.Master/FlexHistory"
-	Master_ListNodes_FullMethodName    = "/willow.v1.Master/ListNodes"
-	Master_SetDrill_FullMethodName     = "/willow.v1.Master/SetDrill"
-	Master_ListDrills_FullMethodName   = "/willow.v1.Master/ListDrills"
+	Master_Register_FullMethodName       = "/willow.v1.Master/Register"
+	Master_Heartbeat_FullMethodName      = "/willow.v1.Master/Heartbeat"
+	Master_Route_FullMethodName          = "/willow.v1.Master/Route"
+	Master_Watch_FullMethodName          = "/willow.v1.Master/Watch"
+	Master_GetFlex_FullMethodName        = "/willow.v1.Master/GetFlex"
+	Master_SetFlex_FullMethodName        = "/willow.v1.Master/SetFlex"
+	Master_RollbackFlex_FullMethodName   = "/willow.v1.Master/RollbackFlex"
+	Master_FlexHistory_FullMethodName    = "/willow.v1.Master/FlexHistory"
+	Master_ListNodes_FullMethodName      = "/willow.v1.Master/ListNodes"
+	Master_SetDrill_FullMethodName       = "/willow.v1.Master/SetDrill"
+	Master_ListDrills_FullMethodName     = "/willow.v1.Master/ListDrills"
+	Master_GetFlexAuto_FullMethodName    = "/willow.v1.Master/GetFlexAuto"
+	Master_SetFlexAuto_FullMethodName    = "/willow.v1.Master/SetFlexAuto"
+	Master_ScheduleFlex_FullMethodName   = "/willow.v1.Master/ScheduleFlex"
+	Master_ListSchedules_FullMethodName  = "/willow.v1.Master/ListSchedules"
+	Master_CancelSchedule_FullMethodName = "/willow.v1.Master/CancelSchedule"
 )
 
 // MasterClient is the client API for Master service.
@@ -53,6 +58,14 @@ type MasterClient interface {
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	SetDrill(ctx context.Context, in *SetDrillRequest, opts ...grpc.CallOption) (*SetDrillResponse, error)
 	ListDrills(ctx context.Context, in *ListDrillsRequest, opts ...grpc.CallOption) (*ListDrillsResponse, error)
+	// GetFlexAuto returns the auto-flex state (master/autoflex.go).
+	GetFlexAuto(ctx context.Context, in *GetFlexAutoRequest, opts ...grpc.CallOption) (*FlexAutoStatus, error)
+	// SetFlexAuto switches auto-flex on, off or to dry-run; it needs on-call.
+	SetFlexAuto(ctx context.Context, in *SetFlexAutoRequest, opts ...grpc.CallOption) (*FlexAutoStatus, error)
+	// ScheduleFlex stores a flex change the master applies at a given time.
+	ScheduleFlex(ctx context.Context, in *ScheduleFlexRequest, opts ...grpc.CallOption) (*ScheduledChange, error)
+	ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error)
+	CancelSchedule(ctx context.Context, in *CancelScheduleRequest, opts ...grpc.CallOption) (*ScheduledChange, error)
 }
 
 type masterClient struct {
@@ -182,6 +195,56 @@ func (c *masterClient) ListDrills(ctx context.Context, in *ListDrillsRequest, op
 	return out, nil
 }
 
+func (c *masterClient) GetFlexAuto(ctx context.Context, in *GetFlexAutoRequest, opts ...grpc.CallOption) (*FlexAutoStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlexAutoStatus)
+	err := c.cc.Invoke(ctx, Master_GetFlexAuto_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) SetFlexAuto(ctx context.Context, in *SetFlexAutoRequest, opts ...grpc.CallOption) (*FlexAutoStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlexAutoStatus)
+	err := c.cc.Invoke(ctx, Master_SetFlexAuto_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ScheduleFlex(ctx context.Context, in *ScheduleFlexRequest, opts ...grpc.CallOption) (*ScheduledChange, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScheduledChange)
+	err := c.cc.Invoke(ctx, Master_ScheduleFlex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchedulesResponse)
+	err := c.cc.Invoke(ctx, Master_ListSchedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CancelSchedule(ctx context.Context, in *CancelScheduleRequest, opts ...grpc.CallOption) (*ScheduledChange, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScheduledChange)
+	err := c.cc.Invoke(ctx, Master_CancelSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -203,6 +266,14 @@ type MasterServer interface {
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	SetDrill(context.Context, *SetDrillRequest) (*SetDrillResponse, error)
 	ListDrills(context.Context, *ListDrillsRequest) (*ListDrillsResponse, error)
+	// GetFlexAuto returns the auto-flex state (master/autoflex.go).
+	GetFlexAuto(context.Context, *GetFlexAutoRequest) (*FlexAutoStatus, error)
+	// SetFlexAuto switches auto-flex on, off or to dry-run; it needs on-call.
+	SetFlexAuto(context.Context, *SetFlexAutoRequest) (*FlexAutoStatus, error)
+	// ScheduleFlex stores a flex change the master applies at a given time.
+	ScheduleFlex(context.Context, *ScheduleFlexRequest) (*ScheduledChange, error)
+	ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error)
+	CancelSchedule(context.Context, *CancelScheduleRequest) (*ScheduledChange, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -245,6 +316,21 @@ func (UnimplementedMasterServer) SetDrill(context.Context, *SetDrillRequest) (*S
 }
 func (UnimplementedMasterServer) ListDrills(context.Context, *ListDrillsRequest) (*ListDrillsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListDrills not implemented")
+}
+func (UnimplementedMasterServer) GetFlexAuto(context.Context, *GetFlexAutoRequest) (*FlexAutoStatus, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetFlexAuto not implemented")
+}
+func (UnimplementedMasterServer) SetFlexAuto(context.Context, *SetFlexAutoRequest) (*FlexAutoStatus, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetFlexAuto not implemented")
+}
+func (UnimplementedMasterServer) ScheduleFlex(context.Context, *ScheduleFlexRequest) (*ScheduledChange, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ScheduleFlex not implemented")
+}
+func (UnimplementedMasterServer) ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListSchedules not implemented")
+}
+func (UnimplementedMasterServer) CancelSchedule(context.Context, *CancelScheduleRequest) (*ScheduledChange, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CancelSchedule not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -458,6 +544,96 @@ func _Master_ListDrills_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_GetFlexAuto_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFlexAutoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).GetFlexAuto(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_GetFlexAuto_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).GetFlexAuto(ctx, req.(*GetFlexAutoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_SetFlexAuto_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetFlexAutoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).SetFlexAuto(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_SetFlexAuto_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).SetFlexAuto(ctx, req.(*SetFlexAutoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ScheduleFlex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScheduleFlexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ScheduleFlex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ScheduleFlex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ScheduleFlex(ctx, req.(*ScheduleFlexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ListSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ListSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ListSchedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ListSchedules(ctx, req.(*ListSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CancelSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CancelSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CancelSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CancelSchedule(ctx, req.(*CancelScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -504,6 +680,26 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDrills",
 			Handler:    _Master_ListDrills_Handler,
+		},
+		{
+			MethodName: "GetFlexAuto",
+			Handler:    _Master_GetFlexAuto_Handler,
+		},
+		{
+			MethodName: "SetFlexAuto",
+			Handler:    _Master_SetFlexAuto_Handler,
+		},
+		{
+			MethodName: "ScheduleFlex",
+			Handler:    _Master_ScheduleFlex_Handler,
+		},
+		{
+			MethodName: "ListSchedules",
+			Handler:    _Master_ListSchedules_Handler,
+		},
+		{
+			MethodName: "CancelSchedule",
+			Handler:    _Master_CancelSchedule_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
