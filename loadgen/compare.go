@@ -15,7 +15,8 @@ type Comparison struct {
 }
 
 // WriteComparison writes report.json (both runs), report.md (side by
-// side: goodput, p99, rejected, lost) and each run's charts, prefixed
+// side: goodput, p99, rejected, lost), compare.svg (goodput and upload
+// p99 of both runs side by side) and each run's charts, prefixed
 // flex-off- and flex-on-, into dir.
 func WriteComparison(dir string, c Comparison) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -34,6 +35,9 @@ func WriteComparison(dir string, c Comparison) error {
 	}
 	onCharts, err := c.On.writeCharts(dir, "flex-on-")
 	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "compare.svg"), []byte(compareChart(c)), 0o644); err != nil {
 		return err
 	}
 	var md strings.Builder
@@ -57,7 +61,7 @@ func WriteComparison(dir string, c Comparison) error {
 	})
 	row("lost", func(r *Report) string { return fmt.Sprint(r.Totals.Lost) })
 	row("pending in pool 1", func(r *Report) string { return fmt.Sprint(r.Totals.Pending) })
-	fmt.Fprintln(&md, "\n## Charts")
+	fmt.Fprintln(&md, "\n## Charts\n\nGoodput and upload p99 of both runs:\n\n![compare.svg](compare.svg)")
 	for i := range offCharts {
 		fmt.Fprintf(&md, "\n![%s](%s) ![%s](%s)\n", offCharts[i], offCharts[i], onCharts[i], onCharts[i])
 	}

@@ -21,11 +21,17 @@ type Report struct {
 	Totals   Summary   `json:"totals"`
 	Events   []Event   `json:"events"`
 	Duration float64   `json:"duration_s"`
+	// Cancelled says the run was cut short: its requests in flight were
+	// cancelled and nothing was verified (Lost and Pending are not known).
+	Cancelled bool `json:"cancelled,omitempty"`
 }
 
 // Second is what happened in one second of the run.
 type Second struct {
-	T           int                `json:"t"`
+	T int `json:"t"`
+	// Sampled says the cluster gauges below were observed in this
+	// second; a second without is a gap in the gauge charts, not a zero.
+	Sampled     bool               `json:"sampled"`
 	Phase       string             `json:"phase"`
 	Level       string             `json:"level"`
 	FlexVersion int64              `json:"flex_version"`
@@ -41,20 +47,41 @@ type Second struct {
 	MemRSSBytes float64            `json:"mem_rss_bytes,omitempty"`
 	InFlight    map[string]float64 `json:"in_flight,omitempty"` // by role
 	Nodes       map[string]int     `json:"nodes,omitempty"`     // healthy nodes by role
+	// Resources are each role's RSS, network and disk use, from the
+	// resource counters in the nodes' heartbeats.
+	Resources map[string]RoleResources `json:"resources,omitempty"`
+	// UploadDone and DownloadDone are by completion time (Upload and
+	// Download above are by arrival second).
+	UploadDone   DoneStats `json:"upload_done"`
+	DownloadDone DoneStats `json:"download_done"`
+}
+
+// DoneStats is one second by completion time: the requests answered in it,
+// and latency over the completions of the ProgressWindow ending with it.
+type DoneStats struct {
+	Completed int `json:"completed"`
+	Succeeded int `json:"succeeded"`
+	// WindowSamples counts the answered requests (succeeded or failed) in
+	// the window; with none, P50Ms and P99Ms mean nothing (a gap).
+	WindowSamples int     `json:"window_samples"`
+	P50Ms         float64 `json:"window_p50_ms"`
+	P99Ms         float64 `json:"window_p99_ms"`
 }
 
 // KindStats counts one kind of request (per second or per phase).
 type KindStats struct {
-	Offered   int     `json:"offered"`
-	Admitted  int     `json:"admitted"`
-	Succeeded int     `json:"succeeded"`
-	Rejected  int     `json:"rejected"`
-	Failed    int     `json:"failed"`
-	NotReady  int     `json:"not_ready"`
-	Dropped   int     `json:"dropped_by_generator"`
-	P50Ms     float64 `json:"p50_ms"`
-	P99Ms     float64 `json:"p99_ms"`
-	Bytes     int64   `json:"bytes"`
+	Offered   int `json:"offered"`
+	Admitted  int `json:"admitted"`
+	Succeeded int `json:"succeeded"`
+	Rejected  int `json:"rejected"`
+	Failed    int `json:"failed"`
+	NotReady  int `json:"not_ready"`
+	Dropped   int `json:"dropped_by_generator"`
+	// Canceled counts requests cut short because the run was cancelled.
+	Canceled int     `json:"canceled,omitempty"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	Bytes    int64   `json:"bytes"`
 }
 
 // Summary sums a phase or the whole run.
@@ -98,12 +125,14 @@ func (e Event) Label() string {
 	return strings.Join(parts, ",")
 }
 
+// percentile is the nearest-rank percentile p of sorted, in ms. (The
+// interpolating index int(p*(n-1)) it replaced made a second's "p99" its
+// second-largest value whenever it had fewer than 101 samples.)
 func percentile(sorted []time.Duration, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
 	}
-	i := int(p * float64(len(sorted)-1))
-	return float64(sorted[i]) / float64(time.Millisecond)
+	return float64(sorted[rank(len(sorted), p)]) / float64(time.Millisecond)
 }
 
 // tally accumulates records into KindStats.
@@ -128,13 +157,15 @@ func (t *tally) add(rec record) {
 		t.stats.NotReady++
 	case dropped:
 		t.stats.Dropped++
+	case canceled:
+		t.stats.Canceled++
 	}
 }
 
 func (t *tally) done() KindStats {
 	sort.Slice(t.lat, func(i, j int) bool { return t.lat[i] < t.lat[j] })
 	s := t.stats
-	s.Admitted = s.Offered - s.Rejected - s.Dropped
+	s.Admitted = s.Offered - s.Rejected - s.Dropped - s.Canceled
 	s.P50Ms, s.P99Ms = percentile(t.lat, 0.5), percentile(t.lat, 0.99)
 	return s
 }
@@ -199,6 +230,8 @@ func (r *runner) report() *Report {
 		g.Upload, g.Download, g.Rejections = up[s].done(), down[s].done(), rej[s]
 		rep.Seconds = append(rep.Seconds, g)
 	}
+	byCompletion(rep.Seconds, r.records, kindUpload, func(s *Second) *DoneStats { return &s.UploadDone })
+	byCompletion(rep.Seconds, r.records, kindDownload, func(s *Second) *DoneStats { return &s.DownloadDone })
 	cpuMean := func(from, to int) map[string]float64 {
 		sum, cnt := map[string]float64{}, 0
 		for _, g := range r.gauges {
@@ -233,61 +266,48 @@ func (r *runner) report() *Report {
 	return rep
 }
 
-// progress prints one line per second (or redraws a bar on a terminal).
-func (r *runner) progress(g Second) {
-	elapsed := time.Since(r.start)
-	i, ph, frac := r.phaseAt(elapsed)
-	r.mu.Lock()
-	var upOK, upN, dnOK, dnN, dnWait int
-	var lat []time.Duration
-	from := g.T - 2
-	for j := len(r.records) - 1; j >= 0 && r.records[j].sec >= from; j-- {
-		rec := r.records[j]
-		if rec.sec != g.T-1 {
+// byCompletion fills each second's DoneStats of kind: completions in the
+// second, and p50/p99 over the answered requests of the ProgressWindow
+// ending with it, by completion time. A slow request is counted when it
+// answers, so a 24 s upload shows 24 s after it arrived, not at arrival.
+func byCompletion(secs []Second, records []record, kind string, at func(*Second) *DoneStats) {
+	type c struct {
+		done time.Duration
+		lat  time.Duration
+	}
+	var answered []c
+	for _, rec := range records {
+		if rec.kind != kind || rec.outcome == dropped {
 			continue
 		}
-		if rec.kind == "upload" {
-			upN++
-			if rec.outcome == okOutcome {
-				upOK++
-				lat = append(lat, rec.latency)
-			}
-		} else {
-			switch rec.outcome {
-			case okOutcome:
-				dnOK++
-				dnN++
-			case notReady:
-				dnWait++
-			default:
-				dnN++
-			}
+		i := min(int(rec.done/time.Second), len(secs)-1)
+		d := at(&secs[i])
+		d.Completed++
+		if rec.outcome == okOutcome {
+			d.Succeeded++
+		}
+		if rec.outcome == okOutcome || rec.outcome == failed {
+			answered = append(answered, c{rec.done, rec.latency})
 		}
 	}
-	r.mu.Unlock()
-	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
-	pct := func(ok, n int) float64 {
-		if n == 0 {
-			return 100
+	sort.Slice(answered, func(i, j int) bool { return answered[i].done < answered[j].done })
+	lo, hi := 0, 0
+	for s := range secs {
+		end := time.Duration(s+1) * time.Second
+		for hi < len(answered) && answered[hi].done < end {
+			hi++
 		}
-		return 100 * float64(ok) / float64(n)
-	}
-	line := fmt.Sprintf("phase %d/%d %-12s t=%3ds up %5d/s ok %5.1f%% p99 %6.0fms | down %5d/s ok %5.1f%% not-ready %d | level %-6s pool1 %d pool2 %d held %d",
-		i+1, len(r.cfg.Profile.Phases), ph.Name, int(elapsed.Seconds()), upN, pct(upOK, upN), percentile(lat, 0.99),
-		dnN+dnWait, pct(dnOK, dnN), dnWait, g.Level, g.Pool1Items, g.Pool2Items, g.HeldItems)
-	if r.cfg.TTY {
-		const width = 20
-		done := int(frac * width)
-		bar := strings.Repeat("#", done) + strings.Repeat(".", width-done)
-		fmt.Fprintf(r.cfg.Progress, "\r\033[K[%s] %s", bar, line)
-		return
-	}
-	fmt.Fprintln(r.cfg.Progress, line)
-}
-
-func (r *runner) progressDone() {
-	if r.cfg.TTY {
-		fmt.Fprintln(r.cfg.Progress)
+		for lo < hi && answered[lo].done < end-ProgressWindow {
+			lo++
+		}
+		lat := make([]time.Duration, 0, hi-lo)
+		for _, a := range answered[lo:hi] {
+			lat = append(lat, a.lat)
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		d := at(&secs[s])
+		d.WindowSamples = len(lat)
+		d.P50Ms, d.P99Ms = percentile(lat, 0.5), percentile(lat, 0.99)
 	}
 }
 
