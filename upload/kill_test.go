@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -54,7 +55,8 @@ func runChild() int {
 	deps := upload.Deps{Node: n, Store: st, Compress: willowv1.NewCompressClient(conn)}
 	if dir := os.Getenv("CHILD_POOLS"); dir != "" {
 		for i, dst := range []**buffer.Pool{&deps.Pool1, &deps.Pool2} {
-			p, err := buffer.Open(filepath.Join(dir, fmt.Sprint("pool", i+1)), buffer.Options{Name: fmt.Sprint("pool", i+1)})
+			seg, _ := strconv.ParseInt(os.Getenv("CHILD_SEG_BYTES"), 10, 64)
+			p, err := buffer.Open(filepath.Join(dir, fmt.Sprint("pool", i+1)), buffer.Options{Name: fmt.Sprint("pool", i+1), MaxSegmentBytes: seg})
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -65,7 +67,16 @@ func runChild() int {
 	if os.Getenv("CHILD_POOL2_FORCE") == "1" {
 		n.ApplyFlex(&willowv1.FlexState{Version: 1, Level: "yellow", Knobs: map[string]string{"pool2": "force"}})
 	}
-	srv, err := upload.New(upload.Config{Secret: secret, StagingDir: os.Getenv("CHILD_STAGING"),
+	if kv := os.Getenv("CHILD_KNOBS"); kv != "" { // k=v,k=v
+		knobs := map[string]string{}
+		for _, p := range strings.Split(kv, ",") {
+			k, v, _ := strings.Cut(p, "=")
+			knobs[k] = v
+		}
+		n.ApplyFlex(&willowv1.FlexState{Version: 1, Level: "normal", Knobs: knobs})
+	}
+	compactDead, _ := strconv.ParseInt(os.Getenv("CHILD_COMPACT_DEAD"), 10, 64)
+	srv, err := upload.New(upload.Config{Secret: secret, StagingDir: os.Getenv("CHILD_STAGING"), CompactDeadBytes: compactDead,
 		RetryMin: 100 * time.Millisecond, RetryMax: 300 * time.Millisecond, CompressTimeout: 20 * time.Second, PollInterval: 50 * time.Millisecond},
 		deps)
 	if err != nil {
