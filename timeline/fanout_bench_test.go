@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,6 +97,42 @@ func usedMemory(ctx context.Context, c redis.UniversalClient) int64 {
 	return read(c.(*redis.Client))
 }
 
+// redisCPU sums INFO commandstats usec (the server's time inside
+// commands) over the server or every master, in microseconds.
+func redisCPU(ctx context.Context, c redis.UniversalClient) int64 {
+	read := func(cl *redis.Client) int64 {
+		s, _ := cl.Info(ctx, "commandstats").Result()
+		var sum int64
+		for _, l := range strings.Split(s, "\r\n") {
+			_, stats, ok := strings.Cut(l, ":")
+			if !ok || !strings.HasPrefix(l, "cmdstat_") || strings.HasPrefix(l, "cmdstat_info:") {
+				continue
+			}
+			for _, kv := range strings.Split(stats, ",") {
+				if v, ok := strings.CutPrefix(kv, "usec="); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					sum += n
+				}
+			}
+		}
+		return sum
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		var sum atomic.Int64
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { sum.Add(read(m)); return nil })
+		return sum.Load()
+	}
+	return read(c.(*redis.Client))
+}
+
+// processCPU is this process's user+system CPU time: the timeline
+// service and its gRPC client, both in the benchmark's process.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // startBenchTimeline runs a timeline service on rdb and returns a client.
 func startBenchTimeline(b *testing.B, rdb redis.UniversalClient, ratio, rate float64) (willowv1.TimelineClient, *node.Node) {
 	n, err := node.New(node.Config{ID: "tl-bench", Role: "timeline", Region: "a", Logger: slog.New(slog.DiscardHandler)})
@@ -134,8 +171,9 @@ func addFollowers(b *testing.B, rdb redis.UniversalClient, author string, f int)
 // BenchmarkTimelineFanout publishes for an author with F followers at
 // delay ratio 0 and 0.5 (release paused), on one redis-server and on a
 // real 3-master Redis Cluster, over gRPC. Reported per publish: p50/p99
-// latency, Redis round trips and bytes, items held, and Redis memory
-// growth. make bench-timeline runs it.
+// latency, Redis round trips and bytes, items held, Redis memory growth,
+// and CPU: Redis's time inside commands and this process's (the service
+// and its client), which a loaded machine inflates less than latency. make bench-timeline runs it.
 func BenchmarkTimelineFanout(b *testing.B) {
 	for _, kind := range testenv.RedisKinds {
 		for _, f := range []int{10, 100, 1000, 5000} {
@@ -153,6 +191,7 @@ func BenchmarkTimelineFanout(b *testing.B) {
 					}
 					mem0 := usedMemory(ctx, rdb)
 					trips0, bytes0 := m.trips.Load(), m.bytes.Load()
+					rcpu0, gcpu0 := redisCPU(ctx, rdb), processCPU()
 					lat := make([]time.Duration, 0, b.N)
 					held := 0
 					b.ResetTimer()
@@ -166,6 +205,7 @@ func BenchmarkTimelineFanout(b *testing.B) {
 						held += int(resp.GetHeld())
 					}
 					b.StopTimer()
+					rcpu, gcpu := redisCPU(ctx, rdb)-rcpu0, processCPU()-gcpu0
 					slices.Sort(lat)
 					q := func(p float64) float64 {
 						return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
@@ -177,6 +217,8 @@ func BenchmarkTimelineFanout(b *testing.B) {
 					b.ReportMetric(float64(m.bytes.Load()-bytes0)/n/1024, "KB/op")
 					b.ReportMetric(float64(held)/n, "held/op")
 					b.ReportMetric(float64(usedMemory(ctx, rdb)-mem0)/n/1024, "memKB/op")
+					b.ReportMetric(float64(rcpu)/n/1000, "redis-cpu-ms/op")
+					b.ReportMetric(float64(gcpu.Microseconds())/n/1000, "go-cpu-ms/op")
 				})
 			}
 		}

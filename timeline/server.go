@@ -27,6 +27,12 @@ import (
 	"willow/urlsign"
 )
 
+// fanoutPages is how many FanoutBatch-sized scripts a publish sends in
+// one pipeline (and reads followers for in one SSCAN): a 5000-follower
+// publish takes two SSCANs and two pipelines, not ten sequential round
+// trips of each.
+const fanoutPages = 8
+
 // Defaults for Config.
 const (
 	DefaultKeyPrefix       = "willow:tl:"
@@ -61,9 +67,10 @@ type Config struct {
 	// ReleaseBatch is the most items one release step moves; default
 	// DefaultReleaseBatch.
 	ReleaseBatch int
-	// FanoutBatch is the most followers read per SSCAN page and handled
-	// per Redis script while publishing (on a Redis Cluster, a script
-	// takes the users of one slot); default DefaultFanoutBatch.
+	// FanoutBatch is the most followers handled per Redis script while
+	// publishing (on a Redis Cluster, a script takes the users of one
+	// slot); default DefaultFanoutBatch. A publish reads followers and
+	// sends scripts fanoutPages batches at a time, in one pipeline.
 	FanoutBatch int
 	// IdleInterval is how often the release loop looks for work when
 	// there is none (a knob change wakes it at once); default
@@ -396,7 +403,7 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 	}
 	var cursor uint64
 	for {
-		users, next, err := s.rdb.SScan(ctx, s.rk.followers(author), cursor, "", int64(s.cfg.FanoutBatch)).Result()
+		users, next, err := s.rdb.SScan(ctx, s.rk.followers(author), cursor, "", int64(s.cfg.FanoutBatch*fanoutPages)).Result()
 		if err != nil {
 			return 0, 0, fmt.Errorf("timeline: publish %s: followers: %w", r, err)
 		}
@@ -410,7 +417,7 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 				t.mode = "h"
 			}
 			batch = append(batch, t)
-			if len(batch) >= s.cfg.FanoutBatch {
+			if len(batch) >= s.cfg.FanoutBatch*fanoutPages {
 				if err := flush(); err != nil {
 					return 0, 0, err
 				}
