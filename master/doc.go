@@ -56,4 +56,19 @@
 // for_ms 0 ends early. Drills are stored in Redis, sent to the node in
 // every heartbeat response (the node applies and expires them by
 // itself), and every attempt is audited.
+//
+// # Auto-flex and scheduled changes
+//
+// Auto-flex (autoflex.go, policy autoflex.yaml) steps the flex level from
+// the signals in the nodes' heartbeats: compress queue p99 and backlog,
+// upload in-flight and shedding, store writes against store_write_budget,
+// edge bytes out, timeline held items. Each rule has a threshold, a dwell,
+// a hysteresis threshold and a cooldown; the policy has a ceiling (default
+// yellow). Every step is an ordinary flex change (actor auto-flex, the
+// reason naming rule and values); down is one level at a time; a manual
+// change pauses it for the manual hold; dry-run only proposes. Scheduled
+// changes (schedule.go) are flex changes stored ahead and applied on time.
+// Both live in the flex document, so they survive restart and failover,
+// and only the lease holder acts, with compare-and-set against the state
+// it decided on. The guarantees are spelled out in autoflex.go.
 package master

@@ -72,6 +72,12 @@ type flexDoc struct {
 	Actor     string          `json:"actor,omitempty"`
 	Reason    string          `json:"reason,omitempty"`
 	ChangedAt int64           `json:"changed_at_unix_ms,omitempty"`
+	// Auto is the auto-flex state (autoflex_run.go), Schedules the
+	// scheduled changes (schedule.go): in the document, so they survive
+	// restarts and failover and change under the same compare-and-set.
+	Auto      autoDoc       `json:"auto,omitempty"`
+	Schedules []scheduleDoc `json:"schedules,omitempty"`
+	NextSched int64         `json:"next_schedule,omitempty"`
 }
 
 // pendingRevert is a change made with an expiry: at At the master undoes
@@ -308,7 +314,7 @@ func (s *Server) commit(ctx context.Context, m mutation) (prev, next *willowv1.F
 		entry.AtUnixMs = nd.ChangedAt
 		entry.FromVersion, entry.ToVersion = cur.Version, nd.Version
 		entry.From, entry.To = flex.Summary(prev, s.plans), flex.Summary(next, s.plans)
-		entry.Accepted = true
+		entry.Accepted = entry.GetError() == ""
 		auditJSON, err := protojson.Marshal(entry)
 		if err != nil {
 			return nil, nil, err
@@ -424,35 +430,7 @@ func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*wi
 		if ev := req.GetExpectedVersion(); ev != 0 && ev != cur.Version {
 			return cur, nil, fmt.Errorf("%w: the flex state is at version %d, you expected %d: reread it and retry", errVersionConflict, cur.Version, ev)
 		}
-		set := cur.Setting.Clone()
-		if req.GetScope() == "" {
-			if req.GetLevel() != "" {
-				// A global level switch is the plan exactly: it clears the
-				// global overrides and widens every staged rollout.
-				set = flex.Setting{Global: flex.Layer{Level: req.GetLevel()}}
-			}
-			set.Global.Overrides = merge(set.Global.Overrides, req.GetKnobs())
-		} else {
-			l := set.Scopes[req.GetScope()]
-			if req.GetLevel() != "" {
-				l = flex.Layer{Level: req.GetLevel()}
-			}
-			l.Overrides = merge(l.Overrides, req.GetKnobs())
-			if set.Scopes == nil {
-				set.Scopes = map[string]flex.Layer{}
-			}
-			set.Scopes[req.GetScope()] = l
-		}
-		now := s.now().UnixMilli()
-		prev := cur.Setting.Clone()
-		nd := flexDoc{Version: cur.Version + 1, Setting: set, Prev: &prev, Pending: cur.Pending,
-			Actor: actor, Reason: req.GetReason(), ChangedAt: now}
-		if req.GetForMs() > 0 {
-			nd.Pending = append(append([]pendingRevert(nil), cur.Pending...), pendingRevert{
-				Version: cur.Version + 1, At: now + req.GetForMs(), Before: prev, After: set.Clone(),
-				Actor: actor, Reason: req.GetReason(), Scope: req.GetScope(),
-			})
-		}
+		nd := s.applyChange(cur, req, actor, req.GetReason())
 		return nd, &willowv1.AuditEntry{Actor: actor, Action: action, Scope: req.GetScope(), Reason: req.GetReason()}, nil
 	}
 	if req.GetDryRun() {
@@ -491,6 +469,44 @@ func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*wi
 		return nil, err
 	}
 	return &willowv1.SetFlexResponse{Flex: next, Previous: prev}, nil
+}
+
+// applyChange returns cur with req's level and knobs applied (globally or
+// in its scope), an expiry when req has for_ms, and auto-flex paused for
+// the manual hold: every change through here is a human's.
+func (s *Server) applyChange(cur flexDoc, req *willowv1.SetFlexRequest, actor, reason string) flexDoc {
+	set := cur.Setting.Clone()
+	if req.GetScope() == "" {
+		if req.GetLevel() != "" {
+			// A global level switch is the plan exactly: it clears the
+			// global overrides and widens every staged rollout.
+			set = flex.Setting{Global: flex.Layer{Level: req.GetLevel()}}
+		}
+		set.Global.Overrides = merge(set.Global.Overrides, req.GetKnobs())
+	} else {
+		l := set.Scopes[req.GetScope()]
+		if req.GetLevel() != "" {
+			l = flex.Layer{Level: req.GetLevel()}
+		}
+		l.Overrides = merge(l.Overrides, req.GetKnobs())
+		if set.Scopes == nil {
+			set.Scopes = map[string]flex.Layer{}
+		}
+		set.Scopes[req.GetScope()] = l
+	}
+	now := s.now().UnixMilli()
+	prev := cur.Setting.Clone()
+	nd := cur
+	nd.Version, nd.Setting, nd.Prev = cur.Version+1, set, &prev
+	nd.Actor, nd.Reason, nd.ChangedAt = actor, reason, now
+	if req.GetForMs() > 0 {
+		nd.Pending = append(append([]pendingRevert(nil), cur.Pending...), pendingRevert{
+			Version: cur.Version + 1, At: now + req.GetForMs(), Before: prev, After: set.Clone(),
+			Actor: actor, Reason: reason, Scope: req.GetScope(),
+		})
+	}
+	nd.Auto = s.pauseAuto(cur.Auto, actor, reason, now)
+	return nd
 }
 
 func merge(dst, src map[string]string) map[string]string {
@@ -606,8 +622,10 @@ func (s *Server) RollbackFlex(ctx context.Context, req *willowv1.RollbackFlexReq
 			return cur, nil, errNoPrevious
 		}
 		back := cur.Setting.Clone()
-		nd := flexDoc{Version: cur.Version + 1, Setting: cur.Prev.Clone(), Prev: &back, Pending: cur.Pending,
-			Actor: actor, Reason: req.GetReason(), ChangedAt: s.now().UnixMilli()}
+		nd := cur
+		nd.Version, nd.Setting, nd.Prev = cur.Version+1, cur.Prev.Clone(), &back
+		nd.Actor, nd.Reason, nd.ChangedAt = actor, req.GetReason(), s.now().UnixMilli()
+		nd.Auto = s.pauseAuto(cur.Auto, actor, req.GetReason(), nd.ChangedAt)
 		return nd, &willowv1.AuditEntry{Actor: actor, Action: "rollback", Reason: req.GetReason()}, nil
 	})
 	if err != nil {

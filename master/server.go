@@ -48,6 +48,9 @@ type Config struct {
 	Operators *auth.Operators
 	// LevelsFile is a YAML file of level plans; empty uses the shipped plans.
 	LevelsFile string
+	// AutoFlexPolicy is a YAML auto-flex policy file; empty uses the
+	// shipped master/autoflex.yaml. Validated at start.
+	AutoFlexPolicy string
 	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix. Keys
 	// are KeyPrefix in braces (a Redis Cluster hash tag) unless it holds
 	// one already: "{willow:}node:ID".
@@ -193,6 +196,7 @@ type Server struct {
 	ops *auth.Operators // operator identities (oncall.go); immutable
 
 	flexState // flex.go
+	autoState // autoflex_run.go
 }
 
 // New builds a master and registers its gRPC service on deps.Node.
@@ -226,6 +230,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := s.initFlex(newRedisFlexStore(deps.Redis, cfg.KeyPrefix), deps.Node.Registry()); err != nil {
 		return nil, err
 	}
+	if err := s.initAuto(); err != nil {
+		return nil, err
+	}
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
 		return nil, err
 	}
@@ -237,6 +244,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // sync with other masters) until ctx is done.
 func (s *Server) Run(ctx context.Context) error {
 	go s.runFlex(ctx)
+	go s.runAuto(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); s.runRefresh(ctx) }()

@@ -1,0 +1,432 @@
+package master
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"willow/flex"
+)
+
+// Auto-flex: the master steps the flex level from live signals, under a
+// policy (autoflex.yaml). The guarantees, which docs/flex.md explains for
+// on-call:
+//
+//   - Every step is an ordinary flex change: validated against the level
+//     plans, versioned, compare-and-set in Redis, streamed to every node,
+//     audited with actor AutoFlexActor and a reason naming the rules and the
+//     signal values that fired ("compress queue p99 1.8 s > 1 s for 10 s").
+//   - Up: a rule fires when its signal has stayed above its threshold for
+//     its dwell; the level becomes the highest level asked by a firing rule,
+//     never above the ceiling (default yellow). A level above the ceiling
+//     (a human's red) is never touched. A rule does not fire again within
+//     its cooldown.
+//   - Down: one level at a time, when every rule at or above the current
+//     level has stayed below its hysteresis threshold for its dwell, counted
+//     from the last step at the earliest, and the cooldowns of those rules
+//     have passed since the last step. A signal between the two thresholds
+//     holds the level: an oscillating signal cannot flap it.
+//   - Humans win: a manual change (set, knob, rollback, a scheduled change
+//     when applied) pauses auto-flex for the policy's manual_hold (default
+//     30 min). In dry-run auto-flex only proposes ("auto-flex would set
+//     yellow: ...") and changes nothing.
+//   - Mode, pause, the last step, the proposal and the cooldowns live in the
+//     flex document in Redis: they survive a master restart and failover.
+//     Only the master holding the leader lease evaluates; each step is a
+//     compare-and-set that checks the level is still the one it saw, so two
+//     masters never step twice. A new leader starts its dwell timers afresh:
+//     after a failover a step comes at most one dwell later, never twice.
+
+// AutoFlexActor is the audit actor of automatic steps.
+const AutoFlexActor = "auto-flex"
+
+// Auto-flex modes.
+const (
+	AutoOff    = "off"
+	AutoOn     = "on"
+	AutoDryRun = "dry-run"
+)
+
+// Auto-flex defaults.
+const (
+	DefaultManualHold = 30 * time.Minute
+	// autoTick is how often the leader evaluates the policy.
+	autoTick = 500 * time.Millisecond
+)
+
+// Signals auto-flex reads from the nodes' heartbeats (the last Load of
+// every live node).
+const (
+	SignalCompressQueueP99 = "compress_queue_p99_ms" // highest p99 queueing time of a compress node, ms
+	SignalCompressBacklog  = "compress_backlog"      // compress tasks waiting, all nodes
+	SignalUploadInFlight   = "upload_in_flight"      // requests in flight on the upload fronts, all
+	SignalUploadShed       = "upload_shed"           // 1 - the lowest admitted share of an upload front
+	SignalStoreWriteRatio  = "store_write_ratio"     // highest front store writes/s over store_write_budget
+	SignalEdgeBytesOut     = "edge_bytes_out_per_s"  // edge cache response bytes/s, all nodes
+	SignalTimelineHeld     = "timeline_held"         // held notifications, all timeline nodes
+)
+
+// signalInfo says how a signal reads in reasons.
+type signalInfo struct {
+	label string
+	unit  string // ms | bytes/s | "" (a count or a ratio)
+}
+
+var signalTable = map[string]signalInfo{
+	SignalCompressQueueP99: {"compress queue p99", "ms"},
+	SignalCompressBacklog:  {"compress backlog", ""},
+	SignalUploadInFlight:   {"upload in flight", ""},
+	SignalUploadShed:       {"upload shed share", ""},
+	SignalStoreWriteRatio:  {"store writes / budget", ""},
+	SignalEdgeBytesOut:     {"edge bytes out", "bytes/s"},
+	SignalTimelineHeld:     {"timeline held", ""},
+}
+
+// SignalNames lists the signals a policy may name.
+func SignalNames() []string {
+	names := make([]string, 0, len(signalTable))
+	for n := range signalTable {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+//go:embed autoflex.yaml
+var shippedAutoPolicy []byte
+
+// AutoPolicy is a validated auto-flex policy.
+type AutoPolicy struct {
+	Ceiling    string
+	ManualHold time.Duration
+	Rules      []AutoRule
+}
+
+// AutoRule maps one signal to a level.
+type AutoRule struct {
+	Name     string
+	Signal   string
+	Level    string
+	Above    float64 // fires above this for Dwell
+	Below    float64 // clear below this for Dwell (hysteresis)
+	Dwell    time.Duration
+	Cooldown time.Duration
+}
+
+type policyFile struct {
+	Ceiling    string     `yaml:"ceiling"`
+	ManualHold string     `yaml:"manual_hold"`
+	Rules      []ruleFile `yaml:"rules"`
+}
+
+type ruleFile struct {
+	Name     string   `yaml:"name"`
+	Signal   string   `yaml:"signal"`
+	Level    string   `yaml:"level"`
+	Above    *float64 `yaml:"above"`
+	Below    *float64 `yaml:"below"`
+	Dwell    string   `yaml:"dwell"`
+	Cooldown string   `yaml:"cooldown"`
+}
+
+// DefaultAutoPolicy returns the shipped policy (autoflex.yaml) validated
+// against plans: with levels of its own a master may not fit it.
+func DefaultAutoPolicy(plans *flex.Plans) (*AutoPolicy, error) {
+	return LoadAutoPolicy(shippedAutoPolicy, plans)
+}
+
+// LoadAutoPolicy parses and validates a policy against the level plans.
+// Errors name the field: "rules[1].below: 1200 must be under above (1000)".
+func LoadAutoPolicy(data []byte, plans *flex.Plans) (*AutoPolicy, error) {
+	var f policyFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("auto-flex policy: %w", err)
+	}
+	levels := plans.Levels()
+	p := &AutoPolicy{Ceiling: f.Ceiling, ManualHold: DefaultManualHold}
+	if p.Ceiling == "" {
+		p.Ceiling = "yellow"
+	}
+	ceil := slices.Index(levels, p.Ceiling)
+	if ceil < 0 {
+		return nil, fmt.Errorf("auto-flex policy: ceiling: unknown level %q (levels: %s)", f.Ceiling, strings.Join(levels, ", "))
+	}
+	if f.ManualHold != "" {
+		d, err := time.ParseDuration(f.ManualHold)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("auto-flex policy: manual_hold: %q is not a duration >= 0 (e.g. 30m)", f.ManualHold)
+		}
+		p.ManualHold = d
+	}
+	names := map[string]bool{}
+	for i, r := range f.Rules {
+		field := func(name string) string { return fmt.Sprintf("auto-flex policy: rules[%d].%s", i, name) }
+		switch {
+		case r.Name == "":
+			return nil, fmt.Errorf("%s: required", field("name"))
+		case names[r.Name]:
+			return nil, fmt.Errorf("%s: %q used twice", field("name"), r.Name)
+		}
+		names[r.Name] = true
+		if _, ok := signalTable[r.Signal]; !ok {
+			return nil, fmt.Errorf("%s: unknown signal %q (signals: %s)", field("signal"), r.Signal, strings.Join(SignalNames(), ", "))
+		}
+		li := slices.Index(levels, r.Level)
+		switch {
+		case li < 0:
+			return nil, fmt.Errorf("%s: unknown level %q (levels: %s)", field("level"), r.Level, strings.Join(levels, ", "))
+		case li == 0:
+			return nil, fmt.Errorf("%s: %s is the lowest level: a rule must ask for more", field("level"), r.Level)
+		case li > ceil:
+			return nil, fmt.Errorf("%s: %s is above the ceiling %s", field("level"), r.Level, p.Ceiling)
+		}
+		if r.Above == nil || math.IsNaN(*r.Above) || math.IsInf(*r.Above, 0) || *r.Above < 0 {
+			return nil, fmt.Errorf("%s: required, a number >= 0", field("above"))
+		}
+		if r.Below == nil || math.IsNaN(*r.Below) || *r.Below < 0 {
+			return nil, fmt.Errorf("%s: required, a number >= 0", field("below"))
+		}
+		if *r.Below >= *r.Above {
+			return nil, fmt.Errorf("%s: %v must be under above (%v)", field("below"), *r.Below, *r.Above)
+		}
+		rule := AutoRule{Name: r.Name, Signal: r.Signal, Level: r.Level, Above: *r.Above, Below: *r.Below}
+		var err error
+		if rule.Dwell, err = parsePolicyDuration(r.Dwell, true); err != nil {
+			return nil, fmt.Errorf("%s: %v", field("dwell"), err)
+		}
+		if rule.Cooldown, err = parsePolicyDuration(r.Cooldown, false); err != nil {
+			return nil, fmt.Errorf("%s: %v", field("cooldown"), err)
+		}
+		p.Rules = append(p.Rules, rule)
+	}
+	if len(p.Rules) == 0 {
+		return nil, errors.New("auto-flex policy: rules: at least one rule is required")
+	}
+	return p, nil
+}
+
+func parsePolicyDuration(s string, required bool) (time.Duration, error) {
+	if s == "" {
+		if required {
+			return 0, errors.New("required, a duration > 0 (e.g. 10s)")
+		}
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || (required && d == 0) {
+		return 0, fmt.Errorf("%q is not a duration > 0 (e.g. 10s)", s)
+	}
+	return d, nil
+}
+
+// ruleState is what the engine remembers of one rule between samples.
+type ruleState struct {
+	value      float64
+	known      bool      // the signal had data in the last sample
+	aboveSince time.Time // zero: not above the threshold
+	belowSince time.Time // zero: not below the hysteresis threshold
+}
+
+// autoEngine evaluates a policy over a series of signal samples. It is
+// pure (clock and signals come in), so the tests drive it with a series.
+type autoEngine struct {
+	pol    *AutoPolicy
+	levels []string
+	st     []ruleState
+}
+
+func newAutoEngine(pol *AutoPolicy, plans *flex.Plans) *autoEngine {
+	return &autoEngine{pol: pol, levels: plans.Levels(), st: make([]ruleState, len(pol.Rules))}
+}
+
+// reset forgets the dwell timers (a master that just became leader).
+func (e *autoEngine) reset() { e.st = make([]ruleState, len(e.pol.Rules)) }
+
+// observe takes one sample of the signals. A signal absent from sig (no
+// live node reports it) counts as below every threshold.
+func (e *autoEngine) observe(now time.Time, sig map[string]float64) {
+	for i, r := range e.pol.Rules {
+		st := &e.st[i]
+		v, ok := sig[r.Signal]
+		st.value, st.known = v, ok
+		if !ok {
+			v = 0
+		}
+		if v > r.Above {
+			if st.aboveSince.IsZero() {
+				st.aboveSince = now
+			}
+		} else {
+			st.aboveSince = time.Time{}
+		}
+		if v < r.Below {
+			if st.belowSince.IsZero() {
+				st.belowSince = now
+			}
+		} else {
+			st.belowSince = time.Time{}
+		}
+	}
+}
+
+// autoMemory is the part of the state kept in the flex document: when each
+// rule last fired and when the last step was taken.
+type autoMemory struct {
+	LastStepAt int64            `json:"last_step_at_unix_ms,omitempty"`
+	LastStep   string           `json:"last_step,omitempty"`
+	Fired      map[string]int64 `json:"fired,omitempty"` // rule -> unix ms
+}
+
+// autoStep is a decision: set Level, for Reason, fired by Rules (up).
+type autoStep struct {
+	Level  string
+	Reason string
+	Up     bool
+	Rules  []string
+}
+
+func (e *autoEngine) levelIndex(level string) int {
+	if level == "" {
+		return 0
+	}
+	return slices.Index(e.levels, level)
+}
+
+// decide returns the step the policy takes from level cur now, if any.
+func (e *autoEngine) decide(now time.Time, cur string, mem autoMemory) (autoStep, bool) {
+	ci := e.levelIndex(cur)
+	ceil := e.levelIndex(e.pol.Ceiling)
+	if ci < 0 || ci > ceil {
+		return autoStep{}, false // a level auto-flex may not reach is a human's
+	}
+	lastStep := time.UnixMilli(mem.LastStepAt)
+	// Up.
+	target := ci
+	var why []string
+	var fired []string
+	for i, r := range e.pol.Rules {
+		st := e.st[i]
+		li := e.levelIndex(r.Level)
+		if li <= ci || st.aboveSince.IsZero() || now.Sub(st.aboveSince) < r.Dwell {
+			continue
+		}
+		if at, ok := mem.Fired[r.Name]; ok && now.Sub(time.UnixMilli(at)) < r.Cooldown {
+			continue
+		}
+		target = max(target, min(li, ceil))
+		fired = append(fired, r.Name)
+		why = append(why, fmt.Sprintf("%s: %s %s > %s for %s", r.Name, signalTable[r.Signal].label,
+			fmtSignal(r.Signal, st.value), fmtSignal(r.Signal, r.Above), fmtSecs(now.Sub(st.aboveSince))))
+	}
+	if target > ci {
+		return autoStep{Level: e.levels[target], Up: true, Rules: fired, Reason: strings.Join(why, "; ")}, true
+	}
+	// Down, one level.
+	if ci == 0 {
+		return autoStep{}, false
+	}
+	why = why[:0]
+	for i, r := range e.pol.Rules {
+		if e.levelIndex(r.Level) < ci {
+			continue
+		}
+		st := e.st[i]
+		if st.belowSince.IsZero() {
+			return autoStep{}, false
+		}
+		from := st.belowSince
+		if mem.LastStepAt != 0 && lastStep.After(from) {
+			from = lastStep
+		}
+		if now.Sub(from) < r.Dwell {
+			return autoStep{}, false
+		}
+		if mem.LastStepAt != 0 && now.Sub(lastStep) < r.Cooldown {
+			return autoStep{}, false
+		}
+		why = append(why, fmt.Sprintf("%s: %s %s < %s for %s", r.Name, signalTable[r.Signal].label,
+			fmtSignal(r.Signal, st.value), fmtSignal(r.Signal, r.Below), fmtSecs(now.Sub(from))))
+	}
+	reason := strings.Join(why, "; ")
+	if reason == "" {
+		reason = "no rule holds " + e.levels[ci]
+	}
+	return autoStep{Level: e.levels[ci-1], Reason: reason}, true
+}
+
+// rules reports each rule's state for FlexAutoStatus.
+func (e *autoEngine) ruleStates(now time.Time) []ruleView {
+	out := make([]ruleView, len(e.pol.Rules))
+	for i, r := range e.pol.Rules {
+		st := e.st[i]
+		v := ruleView{rule: r, value: st.value, known: st.known, state: "between"}
+		switch {
+		case !st.aboveSince.IsZero():
+			v.state, v.since = "rising", st.aboveSince
+			if now.Sub(st.aboveSince) >= r.Dwell {
+				v.state = "firing"
+			}
+		case !st.belowSince.IsZero():
+			v.state, v.since = "falling", st.belowSince
+			if now.Sub(st.belowSince) >= r.Dwell {
+				v.state = "clear"
+			}
+		}
+		out[i] = v
+	}
+	return out
+}
+
+type ruleView struct {
+	rule  AutoRule
+	value float64
+	known bool
+	state string
+	since time.Time
+}
+
+// fmtSignal formats a signal value with its unit: 1800 ms reads "1.8 s".
+func fmtSignal(signal string, v float64) string {
+	switch signalTable[signal].unit {
+	case "ms":
+		if v >= 1000 {
+			return trimFloat(v/1000) + " s"
+		}
+		return trimFloat(v) + " ms"
+	case "bytes/s":
+		switch {
+		case v >= 1e9:
+			return trimFloat(v/1e9) + " GB/s"
+		case v >= 1e6:
+			return trimFloat(v/1e6) + " MB/s"
+		case v >= 1e3:
+			return trimFloat(v/1e3) + " kB/s"
+		}
+		return trimFloat(v) + " B/s"
+	}
+	return trimFloat(v)
+}
+
+func trimFloat(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0")
+	}
+	s := fmt.Sprintf("%.2f", v)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}
+
+func fmtSecs(d time.Duration) string { return fmt.Sprintf("%.0f s", math.Floor(d.Seconds())) }

@@ -1,0 +1,404 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+
+	"willow/flex"
+	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
+)
+
+// autoDoc is the auto-flex part of the flex document.
+type autoDoc struct {
+	Mode          string `json:"mode,omitempty"` // "" is off
+	ChangedBy     string `json:"changed_by,omitempty"`
+	ChangedAt     int64  `json:"changed_at_unix_ms,omitempty"`
+	PausedUntil   int64  `json:"paused_until_unix_ms,omitempty"`
+	PausedBy      string `json:"paused_by,omitempty"`
+	PausedReason  string `json:"paused_reason,omitempty"`
+	Proposal      string `json:"proposal,omitempty"`
+	ProposalFrom  string `json:"proposal_from,omitempty"`
+	ProposalLevel string `json:"proposal_level,omitempty"`
+	ProposalAt    int64  `json:"proposal_at_unix_ms,omitempty"`
+	autoMemory
+}
+
+func (a autoDoc) mode() string {
+	if a.Mode == "" {
+		return AutoOff
+	}
+	return a.Mode
+}
+
+func (a autoDoc) paused(now int64) bool { return a.PausedUntil > now }
+
+// proposalRepeat is how long a dry-run proposal of the same step stands
+// before it is proposed (and audited) again.
+const proposalRepeat = 5 * time.Minute
+
+// autoState is the master's auto-flex part.
+type autoState struct {
+	autoPol    *AutoPolicy
+	autoPolErr error      // why auto-flex cannot be switched on
+	autoMu     sync.Mutex // guards autoEng and autoSig
+	autoEng    *autoEngine
+	autoSig    map[string]float64 // the last sample
+	edgeOut    map[string]edgeSample
+	// signals, when set (tests), replaces sampleSignals.
+	signals func() map[string]float64
+}
+
+type edgeSample struct {
+	bytes int64
+	at    int64 // heartbeat unix ms
+	rate  float64
+}
+
+// initAuto loads the policy (Config.AutoFlexPolicy, else the shipped one).
+func (s *Server) initAuto() error {
+	pol, err := DefaultAutoPolicy(s.plans)
+	if err != nil && s.cfg.AutoFlexPolicy == "" {
+		// Custom levels the shipped policy does not fit: auto-flex cannot
+		// be switched on until the master gets a policy of its own.
+		s.autoPolErr = fmt.Errorf("the shipped auto-flex policy does not fit this master's levels (%v): configure a policy file", err)
+		s.log.Warn("auto-flex unavailable", "err", s.autoPolErr)
+		pol = &AutoPolicy{Ceiling: s.plans.Levels()[0]}
+	}
+	if s.cfg.AutoFlexPolicy != "" {
+		data, err := os.ReadFile(s.cfg.AutoFlexPolicy)
+		if err != nil {
+			return fmt.Errorf("master: auto-flex policy: %w", err)
+		}
+		if pol, err = LoadAutoPolicy(data, s.plans); err != nil {
+			return fmt.Errorf("master: %s: %w", s.cfg.AutoFlexPolicy, err)
+		}
+	}
+	s.autoPol = pol
+	s.autoEng = newAutoEngine(pol, s.plans)
+	s.edgeOut = map[string]edgeSample{}
+	return nil
+}
+
+// pauseAuto returns a with a manual-override pause by actor, when
+// auto-flex is on or in dry-run.
+func (s *Server) pauseAuto(a autoDoc, actor, reason string, now int64) autoDoc {
+	if s.autoPol == nil || a.mode() == AutoOff || actor == AutoFlexActor || s.autoPol.ManualHold <= 0 {
+		return a
+	}
+	a.PausedUntil = now + s.autoPol.ManualHold.Milliseconds()
+	a.PausedBy, a.PausedReason = actor, reason
+	return a
+}
+
+// runAuto samples the signals every autoTick on every master (so a new
+// leader's dwell timers are warm), and on the leader only applies due
+// scheduled changes and the policy's steps, until ctx is done.
+func (s *Server) runAuto(ctx context.Context) {
+	t := time.NewTicker(autoTick)
+	defer t.Stop()
+	var lastLog time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.autoOnce(ctx); err != nil && ctx.Err() == nil && s.now().Sub(lastLog) >= 10*time.Second {
+			lastLog = s.now()
+			s.log.Warn("auto-flex", "err", err)
+		}
+	}
+}
+
+// autoOnce is one tick of runAuto.
+func (s *Server) autoOnce(ctx context.Context) error {
+	now := s.now()
+	var sig map[string]float64
+	var err error
+	if s.signals != nil {
+		sig = s.signals()
+	} else if sig, err = s.sampleSignals(ctx); err != nil {
+		return err
+	}
+	s.autoMu.Lock()
+	s.autoSig = sig
+	s.autoEng.observe(now, sig)
+	s.autoMu.Unlock()
+	if !s.isLeader() {
+		return nil
+	}
+	if err := s.applyDueSchedules(ctx); err != nil {
+		return err
+	}
+	return s.autoStepOnce(ctx, now)
+}
+
+// autoStepOnce asks the policy for a step and takes (or, in dry-run,
+// proposes) it.
+func (s *Server) autoStepOnce(ctx context.Context, now time.Time) error {
+	d, _, _ := s.current()
+	mode := d.Auto.mode()
+	if mode == AutoOff || d.Auto.paused(now.UnixMilli()) {
+		return nil
+	}
+	cur := d.Setting.Global.Level
+	s.autoMu.Lock()
+	step, ok := s.autoEng.decide(now, cur, d.Auto.autoMemory)
+	s.autoMu.Unlock()
+	if !ok {
+		return nil
+	}
+	if mode == AutoDryRun && d.Auto.ProposalLevel == step.Level && d.Auto.ProposalFrom == levelName(cur) &&
+		now.Sub(time.UnixMilli(d.Auto.ProposalAt)) < proposalRepeat {
+		return nil
+	}
+	ms := now.UnixMilli()
+	_, _, err := s.commit(ctx, func(c flexDoc) (flexDoc, *willowv1.AuditEntry, error) {
+		// Decided on d: act only if nothing changed since (another
+		// master's step, a human, a mode change).
+		if c.Setting.Global.Level != cur || c.Auto.mode() != mode || c.Auto.paused(ms) || c.Auto.LastStepAt != d.Auto.LastStepAt {
+			return c, nil, errNothingDue
+		}
+		nd := c
+		nd.Auto.Fired = maps.Clone(c.Auto.Fired)
+		if nd.Auto.Fired == nil {
+			nd.Auto.Fired = map[string]int64{}
+		}
+		if mode == AutoDryRun {
+			nd.Auto.Proposal = fmt.Sprintf("auto-flex would set %s: %s", step.Level, step.Reason)
+			nd.Auto.ProposalFrom, nd.Auto.ProposalLevel, nd.Auto.ProposalAt = levelName(cur), step.Level, ms
+			return nd, &willowv1.AuditEntry{Actor: AutoFlexActor, Action: "propose", Reason: nd.Auto.Proposal}, nil
+		}
+		set := c.Setting.Clone()
+		set.Global.Level = step.Level // overrides and staged rollouts stay
+		prev := c.Setting.Clone()
+		nd.Setting, nd.Prev = set, &prev
+		nd.Actor, nd.Reason, nd.ChangedAt = AutoFlexActor, step.Reason, ms
+		nd.Auto.LastStepAt, nd.Auto.LastStep = ms, step.Level+": "+step.Reason
+		for _, r := range step.Rules {
+			nd.Auto.Fired[r] = ms
+		}
+		nd.Auto.Proposal, nd.Auto.ProposalFrom, nd.Auto.ProposalLevel, nd.Auto.ProposalAt = "", "", "", 0
+		return nd, &willowv1.AuditEntry{Actor: AutoFlexActor, Action: "set", Reason: step.Reason}, nil
+	})
+	if errors.Is(err, errNothingDue) {
+		return nil
+	}
+	return err
+}
+
+func levelName(l string) string {
+	if l == "" {
+		return "normal"
+	}
+	return l
+}
+
+// sampleSignals reads the signals from the live nodes' last heartbeats. A
+// signal no live node reports is absent.
+func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) {
+	v, err := s.cached(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v = s.withSeen(v)
+	now := s.now()
+	budget := float64(flex.DefaultStoreWriteBudget)
+	if k := s.flexSnapshot().GetKnobs(); k != nil {
+		if b, err := parseFloat(k[flex.KnobStoreWriteBudget]); err == nil && b > 0 {
+			budget = b
+		}
+	}
+	sig := map[string]float64{}
+	maxIn := func(name string, x float64) {
+		if old, ok := sig[name]; !ok || x > old {
+			sig[name] = x
+		}
+	}
+	sum := func(name string, x float64) { sig[name] += x }
+	s.autoMu.Lock()
+	defer s.autoMu.Unlock()
+	for _, e := range v.entries {
+		if !e.alive(now, s.cfg.MissedAfter) {
+			continue
+		}
+		l := e.load
+		switch e.info.GetRole() {
+		case "compress":
+			p99 := l.GetQueueP99Ms()
+			if p99 == 0 {
+				p99 = l.GetQueueMs() // a node that does not report the p99
+			}
+			maxIn(SignalCompressQueueP99, p99)
+			sum(SignalCompressBacklog, float64(l.GetBacklog()))
+		case "upload":
+			sum(SignalUploadInFlight, float64(l.GetInFlight()))
+			shed := 0.0
+			if a := l.GetAdmitFraction(); a > 0 {
+				shed = 1 - a
+			}
+			maxIn(SignalUploadShed, shed)
+			maxIn(SignalStoreWriteRatio, l.GetStoreWritesPerS()/budget)
+		case "edgecache":
+			sum(SignalEdgeBytesOut, s.edgeRate(e))
+		case "timeline":
+			sum(SignalTimelineHeld, l.GetGauges()["held_items"])
+		}
+	}
+	return sig, nil
+}
+
+// edgeRate is an edge node's response bytes/s: its own figure, else the
+// rate of its cumulative net_bytes_out between heartbeats. Under autoMu.
+func (s *Server) edgeRate(e *entry) float64 {
+	if r := e.load.GetBytesOutPerS(); r > 0 {
+		return r
+	}
+	id, b := e.info.GetId(), e.load.GetNetBytesOut()
+	old, ok := s.edgeOut[id]
+	if ok && e.lastMs == old.at {
+		return old.rate
+	}
+	ns := edgeSample{bytes: b, at: e.lastMs}
+	if ok && e.lastMs > old.at && b >= old.bytes {
+		ns.rate = float64(b-old.bytes) / (float64(e.lastMs-old.at) / 1000)
+	}
+	s.edgeOut[id] = ns
+	return ns.rate
+}
+
+func parseFloat(v string) (float64, error) {
+	var f float64
+	_, err := fmt.Sscan(v, &f)
+	if err != nil || math.IsNaN(f) {
+		return 0, fmt.Errorf("not a number: %q", v)
+	}
+	return f, nil
+}
+
+// GetFlexAuto returns the auto-flex state: mode, pause, the last step or
+// dry-run proposal, every rule with its signal's last value, and the master
+// that acts.
+func (s *Server) GetFlexAuto(ctx context.Context, _ *willowv1.GetFlexAutoRequest) (*willowv1.FlexAutoStatus, error) {
+	rctx, cancel := context.WithTimeout(ctx, getFlexReadTimeout)
+	defer cancel()
+	if err := s.reloadFlex(rctx); err != nil {
+		s.log.Warn("flex auto: serving the local copy", "err", err)
+	}
+	st := s.autoStatus()
+	if id, err := s.rdb.Get(rctx, s.key("leader")).Result(); err == nil {
+		st.Leader = id
+	} else if !errors.Is(err, redis.Nil) {
+		s.log.Warn("flex auto: read leader", "err", err)
+	}
+	return st, nil
+}
+
+// autoStatus renders the local auto-flex state.
+func (s *Server) autoStatus() *willowv1.FlexAutoStatus {
+	d, _, _ := s.current()
+	now := s.now()
+	a := d.Auto
+	st := &willowv1.FlexAutoStatus{
+		Mode: a.mode(), Ceiling: s.autoPol.Ceiling, HoldMs: s.autoPol.ManualHold.Milliseconds(),
+		Proposal: a.Proposal, ProposalAtUnixMs: a.ProposalAt, LastStep: a.LastStep, LastStepAtUnixMs: a.LastStepAt,
+		ChangedBy: a.ChangedBy, ChangedAtUnixMs: a.ChangedAt,
+	}
+	if a.paused(now.UnixMilli()) {
+		st.PausedUntilUnixMs, st.PausedBy, st.PausedReason = a.PausedUntil, a.PausedBy, a.PausedReason
+	}
+	s.autoMu.Lock()
+	defer s.autoMu.Unlock()
+	st.Signals = maps.Clone(s.autoSig)
+	for _, r := range s.autoEng.ruleStates(now) {
+		rs := &willowv1.AutoRuleStatus{Name: r.rule.Name, Signal: r.rule.Signal, Level: r.rule.Level,
+			Above: r.rule.Above, Below: r.rule.Below, DwellMs: r.rule.Dwell.Milliseconds(),
+			CooldownMs: r.rule.Cooldown.Milliseconds(), Value: r.value, State: r.state}
+		if !r.since.IsZero() {
+			rs.SinceUnixMs = r.since.UnixMilli()
+		}
+		st.Rules = append(st.Rules, rs)
+	}
+	return st
+}
+
+// SetFlexAuto sets the auto-flex mode (on, off, dry-run). Setting on or
+// dry-run, or resume, ends a manual-override pause. Needs on-call; audited
+// as action "auto". Errors: INVALID_ARGUMENT unknown_mode, the SetFlex
+// ones for auth and Redis.
+func (s *Server) SetFlexAuto(ctx context.Context, req *willowv1.SetFlexAutoRequest) (*willowv1.FlexAutoStatus, error) {
+	mode := req.GetMode()
+	reason := req.GetReason()
+	actor, err := s.authorize(ctx, req.GetToken(), "auto", "", reason)
+	if err != nil {
+		return nil, err
+	}
+	switch mode {
+	case AutoOn, AutoOff, AutoDryRun:
+	case "":
+		if !req.GetResume() {
+			return nil, rpcstatus.New(codes.InvalidArgument, "unknown_mode", "give a mode (on, off, dry-run) or resume")
+		}
+	default:
+		return nil, rpcstatus.New(codes.InvalidArgument, "unknown_mode", "auto-flex mode %q: want on, off or dry-run", mode)
+	}
+	if s.autoPolErr != nil && mode != AutoOff {
+		return nil, rpcstatus.New(codes.FailedPrecondition, "no_policy", "%v", s.autoPolErr)
+	}
+	_, _, err = s.commit(ctx, func(cur flexDoc) (flexDoc, *willowv1.AuditEntry, error) {
+		nd := cur
+		m := mode
+		if m == "" {
+			m = cur.Auto.mode()
+		}
+		what := fmt.Sprintf("auto-flex %s (was %s)", m, cur.Auto.mode())
+		if cur.Auto.paused(s.now().UnixMilli()) && (m != AutoOff || req.GetResume()) {
+			what += ", pause by " + cur.Auto.PausedBy + " ended"
+		}
+		nd.Auto.Mode, nd.Auto.ChangedBy, nd.Auto.ChangedAt = m, actor, s.now().UnixMilli()
+		if m != AutoOff || req.GetResume() {
+			nd.Auto.PausedUntil, nd.Auto.PausedBy, nd.Auto.PausedReason = 0, "", ""
+		}
+		if m != AutoDryRun {
+			nd.Auto.Proposal, nd.Auto.ProposalFrom, nd.Auto.ProposalLevel, nd.Auto.ProposalAt = "", "", "", 0
+		}
+		r := what
+		if reason != "" {
+			r += ": " + reason
+		}
+		return nd, &willowv1.AuditEntry{Actor: actor, Action: "auto", Reason: r}, nil
+	})
+	if err != nil {
+		return nil, flexStatus(err)
+	}
+	return s.autoStatus(), nil
+}
+
+// AutoSummary is one line for status displays: "on", "dry-run: auto-flex
+// would set yellow: ...", "on, paused until 14:05 by alice".
+func AutoSummary(st *willowv1.FlexAutoStatus) string {
+	var b strings.Builder
+	b.WriteString(st.GetMode())
+	if st.GetPausedUntilUnixMs() != 0 {
+		fmt.Fprintf(&b, ", paused until %s by %s (manual change: %s)",
+			time.UnixMilli(st.GetPausedUntilUnixMs()).UTC().Format(time.RFC3339), st.GetPausedBy(), st.GetPausedReason())
+	}
+	if st.GetMode() == AutoDryRun && st.GetProposal() != "" {
+		b.WriteString("; " + st.GetProposal())
+	}
+	if st.GetLastStep() != "" {
+		fmt.Fprintf(&b, "; last step %s at %s", st.GetLastStep(), time.UnixMilli(st.GetLastStepAtUnixMs()).UTC().Format(time.RFC3339))
+	}
+	return b.String()
+}

@@ -1,0 +1,206 @@
+package master_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"willow/internal/testenv"
+	"willow/master"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+)
+
+// startAutoMaster runs a master with an auto-flex policy file and a short
+// leader lease.
+func startAutoMaster(t *testing.T, rdb redis.UniversalClient, id, policy string) *testMaster {
+	t.Helper()
+	n, err := node.New(node.Config{ID: id, Role: "master", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := master.New(master.Config{OncallToken: token, Operators: testOperators(t), AutoFlexPolicy: policy,
+		LeaseTTL: time.Second, ProbeInterval: 200 * time.Millisecond, RefreshInterval: 100 * time.Millisecond},
+		master.Deps{Node: n, Redis: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); n.Run(ctx) }()
+	go func() { defer wg.Done(); s.Run(ctx) }()
+	conn, err := node.Dial(n.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop := func() { once.Do(func() { conn.Close(); cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return &testMaster{srv: s, node: n, client: willowv1.NewMasterClient(conn), stop: stop}
+}
+
+func autoSteps(t *testing.T, c willowv1.MasterClient) []*willowv1.AuditEntry {
+	t.Helper()
+	h, err := c.FlexHistory(ctxT(t), &willowv1.FlexHistoryRequest{Limit: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*willowv1.AuditEntry
+	for _, e := range h.GetEntries() {
+		if e.GetActor() == master.AutoFlexActor && e.GetAction() == "set" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestAutoFlexTwoMastersActOnce: two masters share one Redis; a compress
+// node heartbeating a long queue makes exactly one of them step to blue;
+// when that master stops and the queue is gone, the other steps back once.
+func TestAutoFlexTwoMastersActOnce(t *testing.T) {
+	rdb := testenv.StartRedisKind(t, "server").Client(t)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(`
+rules:
+  - {name: cq, signal: compress_queue_p99_ms, above: 1000, below: 300, dwell: 1s, cooldown: 2s, level: blue}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m1 := startAutoMaster(t, rdb, "master-1", policy)
+	m2 := startAutoMaster(t, rdb, "master-2", policy)
+	var queue atomic.Int64
+	queue.Store(1800)
+	n, err := node.New(node.Config{ID: "compress-a-1", Role: "compress", Region: "a", MasterAddr: m1.node.Addr(),
+		HeartbeatInterval: 100 * time.Millisecond, Logger: quiet(), QueueMs: func() float64 { return float64(queue.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	if _, err := m2.client.SetFlexAuto(ctxT(t), &willowv1.SetFlexAutoRequest{Token: token, Mode: master.AutoOn, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	regWait(t, 15*time.Second, "auto-flex steps to blue", func() bool {
+		st, err := m1.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
+		return err == nil && st.GetLevel() == "blue"
+	})
+	time.Sleep(2 * time.Second) // both masters keep seeing the queue
+	steps := autoSteps(t, m1.client)
+	if len(steps) != 1 || !strings.Contains(steps[0].GetReason(), "compress queue p99 1.8 s > 1 s") {
+		t.Fatalf("auto-flex steps %v, want one to blue", steps)
+	}
+	as, err := m2.client.GetFlexAuto(ctxT(t), &willowv1.GetFlexAutoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if as.GetLeader() != "master-1" && as.GetLeader() != "master-2" {
+		t.Fatalf("leader %q", as.GetLeader())
+	}
+	// The acting master goes away; the queue drains; the other takes over
+	// (lease), keeps the mode from Redis and steps down once.
+	leader := m1
+	if as.GetLeader() == "master-2" {
+		leader = m2
+	}
+	other := m1
+	if leader == m1 {
+		other = m2
+	}
+	leader.stop()
+	queue.Store(10)
+	regWait(t, 20*time.Second, "the other master steps back to normal", func() bool {
+		st, err := other.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
+		return err == nil && st.GetLevel() == "normal"
+	})
+	time.Sleep(time.Second)
+	steps = autoSteps(t, other.client)
+	if len(steps) != 2 || !strings.Contains(steps[0].GetReason(), "< 300 ms") {
+		t.Fatalf("auto-flex steps %v, want blue then normal", steps)
+	}
+}
+
+// TestScheduleSurvivesMasterRestart: a change scheduled through one master
+// is applied on time by the master that replaces it, once, audited, and
+// listed as applied; cancel and validation refuse what they should.
+func TestScheduleSurvivesMasterRestart(t *testing.T) {
+	rdb := testenv.StartRedisKind(t, "server").Client(t)
+	m := startMaster(t, rdb, "master-1")
+	at := time.Now().Add(1500 * time.Millisecond)
+	sc, err := m.client.ScheduleFlex(ctxT(t), &willowv1.ScheduleFlexRequest{Token: token, Change: &willowv1.ScheduledChange{
+		AtUnixMs: at.UnixMilli(), Level: "blue", ForMs: 60_000, Reason: "NYE: arm ahead"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.GetId() != "s1" || sc.GetState() != master.SchedulePending || sc.GetActor() != "oncall" {
+		t.Fatalf("scheduled %v", sc)
+	}
+	// Validated when scheduled: a bad knob, a time in the past.
+	for _, c := range []*willowv1.ScheduledChange{
+		{AtUnixMs: at.UnixMilli(), Knobs: map[string]string{"image_quality": "5"}, Reason: "x"},
+		{AtUnixMs: time.Now().Add(-time.Minute).UnixMilli(), Level: "blue", Reason: "x"},
+		{AtUnixMs: at.UnixMilli(), Level: "blue"},
+	} {
+		if _, err := m.client.ScheduleFlex(ctxT(t), &willowv1.ScheduleFlexRequest{Token: token, Change: c}); err == nil {
+			t.Fatalf("schedule %v accepted", c)
+		}
+	}
+	s2, err := m.client.ScheduleFlex(ctxT(t), &willowv1.ScheduleFlexRequest{Token: token, Change: &willowv1.ScheduledChange{
+		AtUnixMs: at.Add(time.Hour).UnixMilli(), Level: "yellow", Reason: "later"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.client.CancelSchedule(ctxT(t), &willowv1.CancelScheduleRequest{Token: token, Id: s2.GetId(), Reason: "not needed"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.client.CancelSchedule(ctxT(t), &willowv1.CancelScheduleRequest{Token: token, Id: s2.GetId()}); err == nil {
+		t.Fatal("cancelled twice")
+	}
+	m.stop()
+	m2 := startMaster(t, rdb, "master-1")
+	regWait(t, 15*time.Second, "the restarted master applies s1", func() bool {
+		st, err := m2.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
+		return err == nil && st.GetLevel() == "blue"
+	})
+	if time.Now().Before(at) {
+		t.Fatal("applied early")
+	}
+	l, err := m2.client.ListSchedules(ctxT(t), &willowv1.ListSchedulesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, x := range l.GetSchedules() {
+		states[x.GetId()] = x.GetState()
+	}
+	if states["s1"] != master.ScheduleApplied || states["s2"] != master.ScheduleCancelled {
+		t.Fatalf("schedules %v", l.GetSchedules())
+	}
+	st, _ := m2.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
+	if st.GetExpiresAtUnixMs() == 0 || st.GetActor() != "oncall" || !strings.Contains(st.GetReason(), "scheduled s1: NYE: arm ahead") {
+		t.Fatalf("applied state %v", st)
+	}
+	h, err := m2.client.FlexHistory(ctxT(t), &willowv1.FlexHistoryRequest{Limit: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := 0
+	for _, e := range h.GetEntries() {
+		if strings.HasPrefix(e.GetReason(), "scheduled s1: ") && e.GetAction() == "set" {
+			applied++
+		}
+	}
+	if applied != 1 {
+		t.Fatalf("s1 applied %d times", applied)
+	}
+}
