@@ -458,3 +458,6 @@ func randomHex(n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// Nodes returns every node of the cluster, the master first.
+func (c *Cluster) Nodes() []*node.Node { return append([]*node.Node(nil), c.nodes...) }

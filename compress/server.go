@@ -121,11 +121,35 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			return nil, fmt.Errorf("compress: register metrics: %w", err)
 		}
 	}
+	s.m.initSeries()
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
 		return nil, err
 	}
 	willowv1.RegisterCompressServer(deps.Node.Server(), s)
 	return s, nil
+}
+
+// initSeries creates the series of every kind and codec at 0, so the
+// counters the docs name read 0 before the first task rather than not
+// existing.
+func (m *metrics) initSeries() {
+	for _, kind := range []willowv1.Kind{willowv1.Kind_KIND_IMAGE, willowv1.Kind_KIND_VIDEO} {
+		codecs := []string{string(flex.CodecHEIC), string(flex.CodecJPEG)}
+		if kind == willowv1.Kind_KIND_VIDEO {
+			codecs = []string{CodecH264}
+		}
+		m.seconds.WithLabelValues(kindName(kind))
+		m.tasks.WithLabelValues(kindName(kind), "", "overload")
+		for _, c := range codecs {
+			m.cpu.WithLabelValues(kindName(kind), c)
+			m.tasks.WithLabelValues(kindName(kind), c, "ok")
+		}
+	}
+	for _, v := range []string{media.VariantThumb, media.VariantMedium} {
+		for _, c := range []string{string(flex.CodecHEIC), string(flex.CodecJPEG)} {
+			m.outBytes.WithLabelValues(v, c)
+		}
+	}
 }
 
 // Run waits until ctx is done; tasks run on the RPC goroutines, bounded by

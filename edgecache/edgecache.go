@@ -289,7 +289,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("edgecache: listen http %s: %w", cfg.HTTPAddr, err)
 	}
 	s.lis = lis
-	s.handler = nosniff(http.HandlerFunc(s.serveHTTP))
+	s.handler = s.m.instrument(nosniff(http.HandlerFunc(s.serveHTTP)))
 	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	if err := n.Guard().Declare(Methods()); err != nil {
 		return nil, err

@@ -1,6 +1,13 @@
 package edgecache
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"willow/flex"
+)
 
 // Tiers, as metric labels.
 const (
@@ -20,6 +27,8 @@ type metrics struct {
 	fillBytes     prometheus.Gauge
 	originBytes   prometheus.Counter
 	transcodes    *prometheus.CounterVec // by result
+	httpRequests  *prometheus.CounterVec // by code, method
+	httpSeconds   *prometheus.HistogramVec
 
 	hitBy     map[string]prometheus.Counter // read-only after newMetrics
 	bytesHTTP prometheus.Counter
@@ -65,7 +74,35 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "JPEG fallbacks made from HEIC variants, by result (ok, error).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.hits, m.bytesServed, m.originFetches, m.evictions, m.shed, m.members, m.fillBytes, m.originBytes, m.transcodes)
+	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "willow_edgecache_http_requests_total",
+		Help: "HTTP requests answered, by status code and method.",
+	}, []string{"code", "method"})
+	m.httpSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "willow_edgecache_http_request_duration_seconds",
+		Help:    "Time to answer an HTTP request, headers to last body byte.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12), // 0.5 ms .. 12 s
+	}, nil)
+	reg.MustRegister(m.hits, m.bytesServed, m.originFetches, m.evictions, m.shed, m.members, m.fillBytes, m.originBytes,
+		m.transcodes, m.httpRequests, m.httpSeconds)
+	// Every series the docs name exists from the start, at 0.
+	for _, t := range []string{tierMemory, "hot", tierDisk} {
+		m.evictions.WithLabelValues(t)
+	}
+	for _, src := range []string{"store", "pool2"} {
+		for _, r := range []string{"ok", "not_found", "error"} {
+			m.originFetches.WithLabelValues(src, r)
+		}
+	}
+	for _, b := range flex.BusinessNames() {
+		m.shed.WithLabelValues(b)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.transcodes.WithLabelValues(r)
+	}
+	for _, code := range []string{"200", "304", "404", "429"} {
+		m.httpRequests.WithLabelValues(code, "get")
+	}
 	m.hitBy = map[string]prometheus.Counter{}
 	for _, t := range []string{tierMemory, tierDisk, tierPeer, tierOrigin} {
 		m.hitBy[t] = m.hits.WithLabelValues(t)
@@ -77,3 +114,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // hit counts one request served from tier.
 func (m *metrics) hit(tier string) { m.hitBy[tier].Inc() }
+
+// instrument counts and times every HTTP request h answers.
+func (m *metrics) instrument(h http.Handler) http.Handler {
+	return promhttp.InstrumentHandlerCounter(m.httpRequests, promhttp.InstrumentHandlerDuration(m.httpSeconds, h))
+}

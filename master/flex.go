@@ -243,14 +243,17 @@ func (s *Server) render(d flexDoc) (*willowv1.FlexState, error) {
 }
 
 // install makes d the current document if it is newer, and wakes watchers.
+// The master's own node runs the state too (its willow_flex_version and
+// willow_flex_level agree with willow_master_flex_version).
 func (s *Server) install(d flexDoc) {
 	s.flexMu.Lock()
-	defer s.flexMu.Unlock()
 	if d.Version <= s.doc.Version {
+		s.flexMu.Unlock()
 		return
 	}
 	st, err := s.render(d)
 	if err != nil {
+		s.flexMu.Unlock()
 		s.log.Error("flex: document does not render with the current levels", "version", d.Version, "err", err)
 		return
 	}
@@ -258,6 +261,8 @@ func (s *Server) install(d flexDoc) {
 	s.flexVersion.Set(float64(d.Version))
 	close(s.changed)
 	s.changed = make(chan struct{})
+	s.flexMu.Unlock()
+	s.node.ApplyFlex(st)
 }
 
 // current returns the document, its rendering and the change channel.

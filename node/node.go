@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"willow/auth"
+	"willow/buildinfo"
 	"willow/flex"
 	willowv1 "willow/proto/willow/v1"
 	"willow/shedding"
@@ -180,7 +181,7 @@ func New(cfg Config) (*Node, error) {
 		adminMx: http.NewServeMux(),
 		stats:   newStats(),
 	}
-	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	n.metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	n.reg.MustRegister(n.metrics)
 	n.flexVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "willow_flex_version", Help: "Version of the flex state this node runs."})

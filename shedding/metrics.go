@@ -14,7 +14,6 @@ type metrics struct {
 	def        []map[string]prometheus.Counter // by reason
 	queue      []prometheus.Observer
 	level      prometheus.Gauge
-	queueMs    prometheus.Gauge
 	overloaded prometheus.Gauge
 }
 
@@ -40,15 +39,11 @@ func newMetrics(reg prometheus.Registerer, s *Shedder) (*metrics, error) {
 		Name: "willow_shedding_admit_level",
 		Help: "Current admission level ((business priority-1)*128 + user priority admitted up to it).",
 	})
-	queueMs := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "willow_shedding_queue_ms",
-		Help: "Mean queueing time over the last window, in milliseconds.",
-	})
 	overloaded := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "willow_shedding_overloaded",
 		Help: "1 when the last window was overloaded.",
 	})
-	for _, c := range []prometheus.Collector{admitted, rejected, deferred, queue, level, queueMs, overloaded} {
+	for _, c := range []prometheus.Collector{admitted, rejected, deferred, queue, level, overloaded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -68,7 +63,7 @@ func newMetrics(reg prometheus.Registerer, s *Shedder) (*metrics, error) {
 			names[p-1] += "," + b
 		}
 	}
-	m := &metrics{level: level, queueMs: queueMs, overloaded: overloaded}
+	m := &metrics{level: level, overloaded: overloaded}
 	for _, n := range names {
 		m.admitted = append(m.admitted, admitted.WithLabelValues(n))
 		m.queue = append(m.queue, queue.WithLabelValues(n))
@@ -90,9 +85,8 @@ func (m *metrics) deferredShed(bi int, reason string) {
 	m.def[bi][reason].Inc()
 }
 func (m *metrics) queued(bi int, d time.Duration) { m.queue[bi].Observe(d.Seconds()) }
-func (m *metrics) window(level int, queueMs float64, overloaded bool) {
+func (m *metrics) window(level int, overloaded bool) {
 	m.level.Set(float64(level))
-	m.queueMs.Set(queueMs)
 	if overloaded {
 		m.overloaded.Set(1)
 	} else {

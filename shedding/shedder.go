@@ -356,7 +356,7 @@ func (s *Shedder) maybeRoll(ns int64) {
 	next := nextLevel(counts, cur, int(s.maxLevel), overloaded)
 	s.level.Store(int32(next))
 	s.winEnd.Store(now + s.window)
-	s.metrics.window(next, mean/1e6, overloaded)
+	s.metrics.window(next, overloaded)
 }
 
 // nextLevel is DAGOR's level update over the window's histogram of

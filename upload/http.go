@@ -135,6 +135,9 @@ func NewHTTP(s *Server, cfg HTTPConfig) (*HTTP, error) {
 		body: prometheus.NewCounter(prometheus.CounterOpts{Name: "willow_upload_http_body_bytes_total",
 			Help: "Upload bytes received in HTTP request bodies (resent bytes counted again)."}),
 	}
+	for _, p := range []string{"tus", "ietf"} {
+		h.m.requests.WithLabelValues(p, http.MethodPost, "201")
+	}
 	if err := s.node.Registry().Register(h.m.requests); err != nil {
 		return nil, fmt.Errorf("upload: http metrics: %w", err)
 	}

@@ -42,7 +42,35 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Disk bytes given back by pool compactions."}, []string{"pool"}),
 	}
 	reg.MustRegister(m.uploads, m.bytes, m.spills, m.journal, m.drained, m.compress, m.failed, m.compactions, m.reclaimed)
+	m.initSeries()
 	return m
+}
+
+// initSeries creates the series operators look for at 0 (docs/upload.md),
+// so a counter reads 0 before its first event instead of not existing.
+func (m *metrics) initSeries() {
+	for _, o := range []string{"store", "pool1", "pool2", "duplicate", "rejected", "shed", "retiring", "staging_full", "expired"} {
+		m.uploads.WithLabelValues(o)
+	}
+	for _, pool := range []string{"pool1", "pool2"} {
+		m.drained.WithLabelValues(pool)
+		m.compactions.WithLabelValues(pool)
+		m.reclaimed.WithLabelValues(pool)
+	}
+	for _, cause := range []string{"force", "shed"} { // placement.go
+		m.spills.WithLabelValues("pool1", cause)
+	}
+	for _, cause := range []string{"force", "budget", "store_error"} {
+		m.spills.WithLabelValues("pool2", cause)
+	}
+	for _, o := range []string{"ok", "error"} {
+		m.compress.WithLabelValues(o)
+	}
+	// The permanent refusals of compress (compress/doc.go) that move
+	// media to failed.
+	for _, r := range []string{"pixel_bomb", "corrupt_media", "too_large", "too_long", "source_missing"} {
+		m.failed.WithLabelValues(r)
+	}
 }
 
 // New validates cfg, recovers the staging dir and registers the Upload
