@@ -9,8 +9,12 @@ RUN_DIR ?= ./run
 setup:
 	@bash scripts/setup.sh
 
+# The version willow_build_info and `willow version` report; the revision
+# is the git commit go build stamps by itself.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
 build: setup
-	go build -o bin/ ./cmd/...
+	go build -ldflags "-X willow/buildinfo.version=$(VERSION)" -o bin/ ./cmd/...
 
 run: build
 	./bin/willow up --dir $(RUN_DIR)

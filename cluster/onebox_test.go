@@ -242,4 +242,20 @@ func TestOneBoxReflectionListsServices(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "SERVING") {
 		t.Errorf("health check: %v: %s", err, out)
 	}
+	// Health by service name: each node answers for the service it runs,
+	// and NOT_FOUND for one it does not.
+	byName := map[string]string{c.File.Master: "willow.v1.Master", c.File.Timeline: "willow.v1.Timeline"}
+	for _, r := range c.File.Regions {
+		byName[r.Upload], byName[r.Compress], byName[r.EdgecacheGRPC] = "willow.v1.Upload", "willow.v1.Compress", "willow.v1.EdgeCache"
+	}
+	for addr, svc := range byName {
+		out, err := exec.Command(bin, "-plaintext", "-d", `{"service":"`+svc+`"}`, addr, "grpc.health.v1.Health/Check").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `"SERVING"`) {
+			t.Errorf("health check %s at %s: %v: %s", svc, addr, err, out)
+		}
+	}
+	out, err = exec.Command(bin, "-plaintext", "-d", `{"service":"willow.v1.Upload"}`, c.File.Master, "grpc.health.v1.Health/Check").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "NotFound") {
+		t.Errorf("health check of willow.v1.Upload on the master: %v: %s, want NotFound", err, out)
+	}
 }

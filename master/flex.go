@@ -262,7 +262,9 @@ func (s *Server) install(d flexDoc) {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.flexMu.Unlock()
-	s.node.ApplyFlex(st)
+	if s.node != nil {
+		s.node.ApplyFlex(st)
+	}
 }
 
 // current returns the document, its rendering and the change channel.

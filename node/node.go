@@ -143,6 +143,7 @@ type Node struct {
 	flexLevel   *prometheus.GaugeVec
 	registered  atomic.Bool
 	silenced    atomic.Bool
+	draining    atomic.Bool
 }
 
 // New validates cfg, opens the listeners and builds the gRPC server.
@@ -296,6 +297,11 @@ func New(cfg Config) (*Node, error) {
 	n.adminMx.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
 	n.adminMx.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if n.draining.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "draining")
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	return n, nil
@@ -434,12 +440,46 @@ func (n *Node) applyFlex(st *willowv1.FlexState, force bool) {
 	}
 }
 
+// healthNames are the names grpc.health.v1.Health answers for: "" (the
+// whole node) and every service registered on Server (willow.v1.Upload,
+// ...).
+func (n *Node) healthNames() []string {
+	names := []string{""}
+	for name := range n.grpc.GetServiceInfo() {
+		names = append(names, name)
+	}
+	return names
+}
+
+// Drain marks the node as going away before it stops (an upload front
+// retiring): grpc.health.v1.Health answers NOT_SERVING for "" and every
+// service, and /healthz answers 503 "draining", so load balancers and
+// probes send nothing new, while the node keeps serving the calls it gets.
+// It cannot be undone; Run's shutdown does the same.
+func (n *Node) Drain() {
+	if n.draining.Swap(true) {
+		return
+	}
+	for _, name := range n.healthNames() {
+		n.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	n.log.Info("node draining: health NOT_SERVING")
+}
+
+// Draining reports whether Drain was called.
+func (n *Node) Draining() bool { return n.draining.Load() }
+
 // Run serves until ctx is done, then shuts down gracefully: health turns
-// NOT_SERVING, in-flight RPCs finish (bounded by ShutdownGrace), listeners
-// close. It returns nil after a clean shutdown.
+// NOT_SERVING (for "" and every service name), in-flight RPCs finish
+// (bounded by ShutdownGrace), listeners close. It returns nil after a
+// clean shutdown.
 func (n *Node) Run(ctx context.Context) error {
 	n.metrics.InitializeMetrics(n.grpc)
-	n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	if !n.draining.Load() {
+		for _, name := range n.healthNames() {
+			n.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		}
+	}
 	admin := &http.Server{Handler: n.adminMx, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- n.grpc.Serve(n.lis) }()
@@ -460,9 +500,10 @@ func (n *Node) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	n.draining.Store(true)
+	n.health.Shutdown()
 	cancel()
 	wg.Wait()
-	n.health.Shutdown()
 	done := make(chan struct{})
 	go func() { n.grpc.GracefulStop(); close(done) }()
 	select {

@@ -95,6 +95,7 @@ func (s *Server) Retire(ctx context.Context) (RetireReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RetireTimeout)
 	defer cancel()
 	s.retiring.Store(true)
+	s.node.Drain() // health NOT_SERVING: balancers send no new uploads
 	s.log.Info("upload: retiring", "timeout", s.cfg.RetireTimeout, "keep_pool1", s.cfg.RetireKeepPool1)
 	var rep RetireReport
 	var errs []error

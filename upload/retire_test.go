@@ -45,6 +45,9 @@ func TestRetireMigratesPools(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Retire: %v (%+v)", err, rep)
 			}
+			if !f.node.Draining() {
+				t.Error("node not draining (health NOT_SERVING) after Retire")
+			}
 			if rep.Pool2Drained != 5 || rep.Pool2Left != 0 {
 				t.Errorf("report %+v: want 5 pool-2 items drained, none left", rep)
 			}
