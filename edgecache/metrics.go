@@ -100,6 +100,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"ok", "error"} {
 		m.transcodes.WithLabelValues(r)
 	}
+	m.httpSeconds.WithLabelValues()
 	for _, code := range []string{"200", "304", "404", "429"} {
 		m.httpRequests.WithLabelValues(code, "get")
 	}
