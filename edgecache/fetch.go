@@ -43,11 +43,17 @@ type req struct {
 	format   string // FormatHEIC (the stored representation) or FormatJPEG
 	fromPeer bool   // an OC peer asks as the owner: never forward
 	who      caller
+	key      string // idStr/variant, when the caller has it at hand
 }
 
 // base is the cache key of the stored representation; slices are
 // base#N, the JPEG fallback base@jpeg. The ring places all of them by base.
-func (r req) base() string { return r.idStr + "/" + r.variant }
+func (r req) base() string {
+	if r.key != "" {
+		return r.key
+	}
+	return r.idStr + "/" + r.variant
+}
 
 // parseReq validates a media ID and variant; errors wrap ErrBadRequest.
 func parseReq(idStr, variant string) (media.ID, error) {
@@ -138,6 +144,13 @@ func (s *Server) resolve(ctx context.Context, key string, owned bool, fill func(
 // lookup returns the stored representation of r: a whole object, or the
 // head of a sliced one (its bytes are read by s.open), and the tier.
 func (s *Server) lookup(ctx context.Context, r req) (*object, string, error) {
+	if o, tier, ok := s.cached(r.base()); ok {
+		return o, tier, nil // a hit allocates nothing here
+	}
+	return s.lookupFill(ctx, r)
+}
+
+func (s *Server) lookupFill(ctx context.Context, r req) (*object, string, error) {
 	owner, owned := s.owner(r)
 	return s.resolve(ctx, r.base(), owned, func(ctx context.Context) (found, error) {
 		return s.fillHead(ctx, r, owner, owned)

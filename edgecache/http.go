@@ -76,7 +76,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	rq := req{id: id, idStr: idStr, variant: variant, format: format, who: caller{business, user}}
+	rq := req{id: id, idStr: idStr, variant: variant, format: format, who: caller{business, user}, key: rest}
 	o, tier, err := s.lookup(r.Context(), rq)
 	if err == nil {
 		o, tier, err = s.represent(r.Context(), rq, o, tier)
@@ -87,21 +87,22 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.m.hit(tier)
 	h := w.Header()
-	h["Content-Type"] = []string{o.contentType}
-	h["Etag"] = []string{o.etag}
-	h["Cache-Control"] = []string{cacheControl}
+	oh := o.headers()
+	h["Content-Type"] = oh.contentType
+	h["Etag"] = oh.etag
+	h["Cache-Control"] = cacheControlValue
 	safeHeaders(h, o.contentType, signed)
 	if negotiable(variant) {
-		h["Vary"] = []string{"Accept"}
+		h["Vary"] = varyAccept
 	}
 	if !o.sliced && r.Header.Get("Range") == "" && r.Header.Get("If-None-Match") == "" &&
 		r.Header.Get("If-Match") == "" && r.Header.Get("If-Modified-Since") == "" && r.Header.Get("If-Unmodified-Since") == "" {
 		// The common case, without ServeContent's copy through a buffer:
 		// one write of the cached bytes.
-		h["Accept-Ranges"] = []string{"bytes"}
-		h["Content-Length"] = []string{strconv.Itoa(len(o.data))}
-		if !o.modTime.IsZero() {
-			h["Last-Modified"] = []string{o.modTime.UTC().Format(http.TimeFormat)}
+		h["Accept-Ranges"] = acceptRangesBytes
+		h["Content-Length"] = oh.contentLength
+		if oh.lastModified != nil {
+			h["Last-Modified"] = oh.lastModified
 		}
 		if r.Method == http.MethodHead {
 			return

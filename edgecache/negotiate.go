@@ -95,6 +95,10 @@ func (s *Server) represent(ctx context.Context, r req, o *object, tier string) (
 	if r.format != FormatJPEG || !negotiable(r.variant) || !isHEIF(o.contentType) || o.sliced {
 		return o, tier, nil
 	}
+	return s.representJPEG(ctx, r, o, tier)
+}
+
+func (s *Server) representJPEG(ctx context.Context, r req, o *object, tier string) (*object, string, error) {
 	owner, owned := s.owner(r)
 	return s.resolve(ctx, r.base()+"@jpeg", owned, func(ctx context.Context) (found, error) {
 		if !owned && !s.peerDown(owner) {

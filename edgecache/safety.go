@@ -24,11 +24,13 @@ func contentType(_ string, data []byte) string {
 	return octetStream
 }
 
+var nosniffValue = []string{"nosniff"} // shared, read-only
+
 // nosniff sets X-Content-Type-Options: nosniff on every response of h,
 // errors included.
 func nosniff(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header()["X-Content-Type-Options"] = nosniffValue
 		h.ServeHTTP(w, r)
 	})
 }

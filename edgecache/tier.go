@@ -3,6 +3,8 @@ package edgecache
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,7 +21,39 @@ type object struct {
 	modTime     time.Time // Last-Modified; zero when unknown
 	size        int64     // of the whole representation
 	sliced      bool      // a head: the bytes are in slice entries
+
+	hdrOnce sync.Once
+	hdr     objectHeaders
 }
+
+// objectHeaders are the response header values of a whole object, made
+// once per object: a hit then sets headers without allocating. net/http
+// only reads them.
+type objectHeaders struct {
+	contentType, etag, contentLength []string
+	lastModified                     []string // nil when modTime is zero
+}
+
+func (o *object) headers() *objectHeaders {
+	o.hdrOnce.Do(func() {
+		o.hdr = objectHeaders{
+			contentType:   []string{o.contentType},
+			etag:          []string{o.etag},
+			contentLength: []string{strconv.Itoa(len(o.data))},
+		}
+		if !o.modTime.IsZero() {
+			o.hdr.lastModified = []string{o.modTime.UTC().Format(http.TimeFormat)}
+		}
+	})
+	return &o.hdr
+}
+
+// Header values every hit shares (read-only).
+var (
+	cacheControlValue = []string{cacheControl}
+	varyAccept        = []string{"Accept"}
+	acceptRangesBytes = []string{"bytes"}
+)
 
 // cost is the bytes an entry holds in a tier (a head costs a little).
 func (o *object) cost() int64 { return int64(len(o.data)) + 128 }

@@ -59,15 +59,17 @@ func Parse(s string) (ID, error) {
 	if len(s) > 200 {
 		return ID{}, fmt.Errorf("%w: too long", ErrBadID)
 	}
-	parts := strings.Split(s, ".")
-	if len(parts) != 4 {
+	loc, rest, ok1 := strings.Cut(s, ".")
+	region, rest, ok2 := strings.Cut(rest, ".")
+	node, key, ok3 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || !ok3 || strings.Contains(key, ".") {
 		return ID{}, fmt.Errorf("%w: want LOC.REGION.NODE.KEY", ErrBadID)
 	}
-	id := ID{Loc: Loc(parts[0]), Region: parts[1], Node: parts[2], Key: parts[3]}
+	id := ID{Loc: Loc(loc), Region: region, Node: node, Key: key}
 	switch id.Loc {
 	case LocStore, LocPool1, LocPool2:
 	default:
-		return ID{}, fmt.Errorf("%w: unknown location %q", ErrBadID, parts[0])
+		return ID{}, fmt.Errorf("%w: unknown location %q", ErrBadID, loc)
 	}
 	if !ValidName(id.Region) || !ValidName(id.Node) {
 		return ID{}, fmt.Errorf("%w: bad region or node", ErrBadID)

@@ -189,6 +189,8 @@ func New(cfg Config) (*Node, error) {
 	n.flexLevel = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "willow_flex_level", Help: "1 for the flex level this node runs."}, []string{"level"})
 	n.reg.MustRegister(n.flexVersion, n.flexLevel)
 	n.flexLevel.WithLabelValues("normal").Set(1)
+	defaults := flex.Defaults()
+	n.knobs.Store(&defaults)
 
 	n.guard = auth.Open()
 	if cfg.Auth != nil {
@@ -395,10 +397,7 @@ func (n *Node) Flex() *willowv1.FlexState { return n.flex.Load() }
 // Hot paths may call it per request: the knobs are derived once per flex
 // change. Callers must not modify the ShedRatio map.
 func (n *Node) Knobs() flex.Knobs {
-	if k := n.knobs.Load(); k != nil {
-		return *k
-	}
-	return flex.Defaults()
+	return *n.knobs.Load() // the defaults until the first flex state
 }
 
 // OnKnobs registers f to run after every applied flex change. f must not

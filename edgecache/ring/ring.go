@@ -8,7 +8,6 @@
 package ring
 
 import (
-	"hash/fnv"
 	"slices"
 	"sort"
 	"strconv"
@@ -23,7 +22,7 @@ type Hash func(data []byte) uint64
 
 // Ring maps keys to members.
 type Ring struct {
-	hash    Hash
+	hash    func(key string) uint64
 	points  []uint64 // sorted
 	owners  []string // owners[i] owns points[i]
 	members []string // sorted, unique
@@ -36,8 +35,9 @@ func New(vnodes int, hash Hash, members ...string) *Ring {
 	if vnodes <= 0 {
 		vnodes = DefaultVirtualNodes
 	}
-	if hash == nil {
-		hash = DefaultHash
+	r := &Ring{hash: hashString}
+	if hash != nil {
+		r.hash = func(key string) uint64 { return hash([]byte(key)) }
 	}
 	ms := make([]string, 0, len(members))
 	for _, m := range members {
@@ -47,7 +47,7 @@ func New(vnodes int, hash Hash, members ...string) *Ring {
 	}
 	slices.Sort(ms)
 	ms = slices.Compact(ms)
-	r := &Ring{hash: hash, members: ms}
+	r.members = ms
 	type point struct {
 		h     uint64
 		owner string
@@ -55,7 +55,7 @@ func New(vnodes int, hash Hash, members ...string) *Ring {
 	pts := make([]point, 0, len(ms)*vnodes)
 	for _, m := range ms {
 		for i := range vnodes {
-			pts = append(pts, point{hash([]byte(m + "#" + strconv.Itoa(i))), m})
+			pts = append(pts, point{r.hash(m + "#" + strconv.Itoa(i)), m})
 		}
 	}
 	// Ties are broken by member name so every node builds the same ring.
@@ -78,7 +78,7 @@ func (r *Ring) Get(key string) string {
 	if len(r.points) == 0 {
 		return ""
 	}
-	h := r.hash([]byte(key))
+	h := r.hash(key)
 	i := sort.Search(len(r.points), func(i int) bool { return r.points[i] >= h })
 	if i == len(r.points) {
 		i = 0
@@ -94,10 +94,17 @@ func (r *Ring) Len() int { return len(r.members) }
 
 // DefaultHash is 64-bit FNV-1a followed by the splitmix64 finalizer (FNV
 // alone clusters similar keys such as "node#1", "node#2").
-func DefaultHash(data []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(data)
-	x := h.Sum64()
+func DefaultHash(data []byte) uint64 { return hashString(string(data)) }
+
+// hashString is DefaultHash of a string, without allocating (Get runs
+// per request).
+func hashString(s string) uint64 {
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	x := uint64(offset64) // FNV-1a
+	for i := 0; i < len(s); i++ {
+		x ^= uint64(s[i])
+		x *= prime64
+	}
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

@@ -3,6 +3,7 @@ package ring_test
 import (
 	"fmt"
 	"hash/crc32"
+	"hash/fnv"
 	"testing"
 
 	"willow/edgecache/ring"
@@ -109,5 +110,30 @@ func TestInjectedHashAndEmpty(t *testing.T) {
 	zero := ring.New(10, func([]byte) uint64 { return 0 }, "b", "a")
 	if got := zero.Get("anything"); got != "a" {
 		t.Fatalf("constant hash: owner %q, want a", got)
+	}
+}
+
+// The string hash Get uses is DefaultHash: FNV-1a from hash/fnv, then the
+// finalizer. A change here would move every key of a running OC.
+func TestDefaultHashIsFNV1a(t *testing.T) {
+	for _, key := range []string{"", "a", "node#1", "s.a.up-1.0123456789abcdef0123456789abcdef/medium"} {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		x := h.Sum64()
+		x ^= x >> 30
+		x *= 0xbf58476d1ce4e5b9
+		x ^= x >> 27
+		x *= 0x94d049bb133111eb
+		x ^= x >> 31
+		if got := ring.DefaultHash([]byte(key)); got != x {
+			t.Errorf("DefaultHash(%q) = %x, want %x", key, got, x)
+		}
+	}
+}
+
+func TestGetAllocatesNothing(t *testing.T) {
+	r := ring.New(0, nil, "edge-1", "edge-2", "edge-3")
+	if n := testing.AllocsPerRun(100, func() { r.Get("s.a.up-1.0123456789abcdef0123456789abcdef/medium") }); n != 0 {
+		t.Errorf("Get allocates %v times", n)
 	}
 }
