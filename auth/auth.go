@@ -54,18 +54,6 @@ var roleRank = map[Role]int{RoleRead: 1, RoleOncall: 2, RoleAdmin: 3}
 // Valid reports whether r is a known role.
 func (r Role) Valid() bool { return roleRank[r] > 0 }
 
-// Reason codes of the errors this package returns (rpcstatus ErrorInfo).
-const (
-	ReasonNoCredentials  = "no_credentials"     // UNAUTHENTICATED: nothing presented
-	ReasonBadCredentials = "bad_credentials"    // UNAUTHENTICATED: forged, unknown or wrong secret
-	ReasonTokenExpired   = "token_expired"      // UNAUTHENTICATED: an expired upload token
-	ReasonWrongClass     = "wrong_caller_class" // PERMISSION_DENIED: e.g. a client calling Drain
-	ReasonMissingRole    = "missing_role"       // PERMISSION_DENIED: an operator without the role
-	ReasonUnclassified   = "unclassified_method"
-	ReasonOtherUser      = "other_user"    // PERMISSION_DENIED: a client acting for another user
-	ReasonNodeIdentity   = "node_identity" // PERMISSION_DENIED: a node claiming another node's ID or role
-)
-
 // Caller is an authenticated identity.
 type Caller struct {
 	Class Class

@@ -280,7 +280,7 @@ func (r *Router) Call(ctx context.Context, role, business string, fn func(ctx co
 	}
 	plan := attemptPlan(resp, r.cfg.MaxRetries)
 	if len(plan) == 0 {
-		return rpcstatus.New(codes.Unavailable, "no_endpoint", "%v: %s", ErrNoEndpoint, role)
+		return rpcstatus.New(codes.Unavailable, ReasonNoEndpoint, "%v: %s", ErrNoEndpoint, role)
 	}
 	r.budget.OnRequest()
 	retries := r.Knobs().Retries

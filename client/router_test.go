@@ -16,6 +16,7 @@ import (
 	"willow/client"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 )
 
 // fakeMaster answers Route from a fixed reply and counts calls.
@@ -141,7 +142,7 @@ func TestRetryBudgetCapsRetries(t *testing.T) {
 			attempts++
 			return status.Error(codes.Unavailable, "down")
 		})
-		if rpcstatus.Reason(err) == "retry_budget" {
+		if rpcstatus.Reason(err) == shedding.ReasonRetryBudget {
 			spent++
 			if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "down") {
 				t.Fatalf("over budget: %v, want RESOURCE_EXHAUSTED retry_budget naming the last error", err)

@@ -17,9 +17,11 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"willow/flex"
+	"willow/limits"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 	"willow/store"
 )
 
@@ -345,44 +347,44 @@ func (s *Server) status(err error) error {
 	var br badRequest
 	switch {
 	case errors.As(err, &br):
-		return rpcstatus.New(codes.InvalidArgument, "bad_request", "compress: %v", err)
+		return rpcstatus.New(codes.InvalidArgument, rpcstatus.ReasonBadRequest, "compress: %v", err)
 	case errors.Is(err, ErrPixelBomb):
-		return rpcstatus.New(codes.InvalidArgument, "pixel_bomb", "compress: %v", err)
+		return rpcstatus.New(codes.InvalidArgument, limits.ReasonPixelBomb, "compress: %v", err)
 	case errors.Is(err, ErrTooLarge):
-		return rpcstatus.New(codes.InvalidArgument, "too_large", "compress: %v", err)
+		return rpcstatus.New(codes.InvalidArgument, limits.ReasonTooLarge, "compress: %v", err)
 	case errors.Is(err, ErrTooLong):
-		return rpcstatus.New(codes.InvalidArgument, "too_long", "compress: %v", err)
+		return rpcstatus.New(codes.InvalidArgument, limits.ReasonTooLong, "compress: %v", err)
 	case errors.Is(err, ErrUnsupported):
-		return rpcstatus.New(codes.InvalidArgument, "unsupported_media", "compress: %v", err)
+		return rpcstatus.New(codes.InvalidArgument, ReasonUnsupportedMedia, "compress: %v", err)
 	case errors.Is(err, ErrCorrupt):
-		return rpcstatus.New(codes.InvalidArgument, "corrupt_media", "compress: %v", err)
+		return rpcstatus.New(codes.InvalidArgument, ReasonCorruptMedia, "compress: %v", err)
 	case errors.Is(err, ErrSourceMissing):
-		return rpcstatus.New(codes.NotFound, "source_missing", "compress: %v", err)
+		return rpcstatus.New(codes.NotFound, ReasonSourceMissing, "compress: %v", err)
 	case errors.Is(err, ErrOverload), errors.Is(err, context.DeadlineExceeded):
-		return rpcstatus.Overload("overload", s.cfg.RetryAfter, "compress: %v", err)
+		return rpcstatus.Overload(shedding.ReasonOverload, s.cfg.RetryAfter, "compress: %v", err)
 	case errors.Is(err, context.Canceled):
-		return rpcstatus.New(codes.Canceled, "canceled", "compress: %v", err)
+		return rpcstatus.New(codes.Canceled, rpcstatus.ReasonCanceled, "compress: %v", err)
 	case errors.Is(err, ErrVerify):
-		return rpcstatus.New(codes.Internal, "verify_failed", "compress: %v", err)
+		return rpcstatus.New(codes.Internal, ReasonVerifyFailed, "compress: %v", err)
 	}
 	s.log.Error("compress failed", "err", err)
-	return rpcstatus.New(codes.Internal, "internal", "compress: %v", err)
+	return rpcstatus.New(codes.Internal, rpcstatus.ReasonInternal, "compress: %v", err)
 }
 
 func resultOf(err error) string {
 	switch {
 	case errors.Is(err, ErrPixelBomb):
-		return "pixel_bomb"
+		return limits.ReasonPixelBomb
 	case errors.Is(err, ErrCorrupt), errors.Is(err, ErrUnsupported):
-		return "corrupt_media"
+		return ReasonCorruptMedia
 	case errors.Is(err, ErrTooLarge):
-		return "too_large"
+		return limits.ReasonTooLarge
 	case errors.Is(err, ErrTooLong):
-		return "too_long"
+		return limits.ReasonTooLong
 	case errors.Is(err, ErrSourceMissing):
-		return "source_missing"
+		return ReasonSourceMissing
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrOverload):
-		return "overload"
+		return shedding.ReasonOverload
 	}
 	return "error"
 }

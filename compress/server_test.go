@@ -23,6 +23,7 @@ import (
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 )
 
 const testKey = "0123456789abcdef0123456789abcdef"
@@ -117,14 +118,14 @@ func TestCompressErrors(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{"pixel bomb", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, Data: read(filepath.Join(sharedBad, "bomb.png"))}, codes.InvalidArgument, "pixel_bomb"},
-		{"truncated jpeg", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, Data: read(filepath.Join(sharedBad, "truncated.jpg"))}, codes.InvalidArgument, "corrupt_media"},
-		{"not an image", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, Data: []byte("plain text")}, codes.InvalidArgument, "unsupported_media"},
-		{"too large", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, Data: read(filepath.Join(sharedPhotos, "Dragonfly_by_Bolly.jpg"))}, codes.InvalidArgument, "too_large"},
-		{"source missing", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, SourceKey: media.RawKey(testKey)}, codes.NotFound, "source_missing"},
-		{"corrupt video", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_VIDEO, Data: []byte("not a video at all")}, codes.InvalidArgument, "corrupt_media"},
-		{"bad media id", &willowv1.CompressRequest{MediaId: "nope", Kind: willowv1.Kind_KIND_IMAGE, Data: []byte("x")}, codes.InvalidArgument, "bad_request"},
-		{"no kind", &willowv1.CompressRequest{MediaId: testID, Data: []byte("x")}, codes.InvalidArgument, "bad_request"},
+		{"pixel bomb", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, Data: read(filepath.Join(sharedBad, "bomb.png"))}, codes.InvalidArgument, limits.ReasonPixelBomb},
+		{"truncated jpeg", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, Data: read(filepath.Join(sharedBad, "truncated.jpg"))}, codes.InvalidArgument, compress.ReasonCorruptMedia},
+		{"not an image", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, Data: []byte("plain text")}, codes.InvalidArgument, compress.ReasonUnsupportedMedia},
+		{"too large", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, Data: read(filepath.Join(sharedPhotos, "Dragonfly_by_Bolly.jpg"))}, codes.InvalidArgument, limits.ReasonTooLarge},
+		{"source missing", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, SourceKey: media.RawKey(testKey)}, codes.NotFound, compress.ReasonSourceMissing},
+		{"corrupt video", &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_VIDEO, Data: []byte("not a video at all")}, codes.InvalidArgument, compress.ReasonCorruptMedia},
+		{"bad media id", &willowv1.CompressRequest{MediaId: "nope", Kind: willowv1.Kind_KIND_IMAGE, Data: []byte("x")}, codes.InvalidArgument, rpcstatus.ReasonBadRequest},
+		{"no kind", &willowv1.CompressRequest{MediaId: testID, Data: []byte("x")}, codes.InvalidArgument, rpcstatus.ReasonBadRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,7 +170,7 @@ func TestFFmpegKilledAtDeadline(t *testing.T) {
 	clip := shortClip(t)
 	start := time.Now()
 	_, err := e.cli.Compress(context.Background(), &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_VIDEO, Data: clip, ReturnData: true})
-	if status.Code(err) != codes.ResourceExhausted || rpcstatus.Reason(err) != "overload" || rpcstatus.RetryAfter(err) <= 0 {
+	if status.Code(err) != codes.ResourceExhausted || rpcstatus.Reason(err) != shedding.ReasonOverload || rpcstatus.RetryAfter(err) <= 0 {
 		t.Fatalf("got %s, want RESOURCE_EXHAUSTED overload with retry-after", rpcstatus.Line(err))
 	}
 	if d := time.Since(start); d > 6*time.Second {
@@ -232,7 +233,7 @@ func TestOverload(t *testing.T) {
 	waitFor(t, func() bool { return e.srv.QueueMs() > 0 }) // it is waiting in the queue
 
 	_, err := e.cli.Compress(context.Background(), image)
-	if status.Code(err) != codes.ResourceExhausted || rpcstatus.Reason(err) != "overload" || rpcstatus.RetryAfter(err) <= 0 {
+	if status.Code(err) != codes.ResourceExhausted || rpcstatus.Reason(err) != shedding.ReasonOverload || rpcstatus.RetryAfter(err) <= 0 {
 		t.Fatalf("queue full: got %s", rpcstatus.Line(err))
 	}
 	// The queued task's deadline passes while the worker is busy: the client

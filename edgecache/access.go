@@ -19,15 +19,6 @@ import (
 	"willow/urlsign"
 )
 
-// Reason codes of a refused download: the HTTP 403 body's "reason" and
-// the gRPC PERMISSION_DENIED reason.
-const (
-	ReasonSignatureMissing    = "signature_missing"
-	ReasonSignatureExpired    = "signature_expired"
-	ReasonSignatureInvalid    = "signature_invalid"
-	ReasonSignatureUnknownKey = "signature_unknown_key"
-)
-
 // businessCacheBytes bounds the media -> business cache of unsigned
 // requests (about 40 000 entries).
 const businessCacheBytes = 4 << 20

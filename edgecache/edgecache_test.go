@@ -60,14 +60,14 @@ func TestHTTP(t *testing.T) {
 		{name: "if-none-match same", path: path(id, "thumb"), hdr: map[string]string{"If-None-Match": etag}, code: 304, body: []byte{}},
 		{name: "if-none-match other", path: path(id, "thumb"), hdr: map[string]string{"If-None-Match": `"other"`}, code: 200, body: data},
 		{name: "if-none-match with range", path: path(id, "thumb"), hdr: map[string]string{"If-None-Match": etag, "Range": "bytes=0-9"}, code: 304},
-		{name: "malformed id", path: "/m/not-an-id/thumb", code: 400, wantReason: "bad_id"},
-		{name: "bad key", path: "/m/s.a.upload-a-1.XYZ/thumb", code: 400, wantReason: "bad_id"},
-		{name: "bad variant", path: path(id, "huge"), code: 400, wantReason: "bad_id"},
-		{name: "extra segment", path: path(id, "thumb") + "/x", code: 400, wantReason: "bad_id"},
-		{name: "unknown id", path: path(media.ID{Loc: media.LocStore, Region: "a", Node: "upload-a-1", Key: media.KeyFor("u1", "none")}, "thumb"), code: 404, wantReason: "not_found"},
-		{name: "unknown variant of known id", path: path(id, "large"), code: 404, wantReason: "not_found"},
-		{name: "pool 1 still processing", path: path(p1, "thumb"), code: 404, wantReason: "processing"},
-		{name: "other path", path: "/x", code: 404, wantReason: "not_found"},
+		{name: "malformed id", path: "/m/not-an-id/thumb", code: 400, wantReason: edgecache.ReasonBadID},
+		{name: "bad key", path: "/m/s.a.upload-a-1.XYZ/thumb", code: 400, wantReason: edgecache.ReasonBadID},
+		{name: "bad variant", path: path(id, "huge"), code: 400, wantReason: edgecache.ReasonBadID},
+		{name: "extra segment", path: path(id, "thumb") + "/x", code: 400, wantReason: edgecache.ReasonBadID},
+		{name: "unknown id", path: path(media.ID{Loc: media.LocStore, Region: "a", Node: "upload-a-1", Key: media.KeyFor("u1", "none")}, "thumb"), code: 404, wantReason: rpcstatus.ReasonNotFound},
+		{name: "unknown variant of known id", path: path(id, "large"), code: 404, wantReason: rpcstatus.ReasonNotFound},
+		{name: "pool 1 still processing", path: path(p1, "thumb"), code: 404, wantReason: media.ReasonProcessing},
+		{name: "other path", path: "/x", code: 404, wantReason: rpcstatus.ReasonNotFound},
 		{name: "post", method: http.MethodPost, path: path(id, "thumb"), code: 405, wantReason: "method"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,7 +247,7 @@ func TestPool2BeforeAndAfterDrain(t *testing.T) {
 			return status.Errorf(codes.InvalidArgument, "unexpected %s/%s", req.GetMediaId(), req.GetVariant())
 		}
 		if !inPool {
-			return rpcstatus.New(codes.NotFound, "drained", "drained to the store")
+			return rpcstatus.New(codes.NotFound, rpcstatus.ReasonNotFound, "drained to the store")
 		}
 		if err := s.Send(&willowv1.DataChunk{Data: data[:1000], Size: int64(len(data)), ContentType: "image/jpeg", Etag: "front-etag"}); err != nil {
 			return err
@@ -366,7 +366,7 @@ func testShedRatio(t *testing.T, ncfg node.Config) {
 			if resp.StatusCode != tc.code {
 				t.Fatalf("status %d, want %d", resp.StatusCode, tc.code)
 			}
-			if tc.code == 429 && (resp.Header.Get("Retry-After") == "" || !contains(string(body), "shed_ratio")) {
+			if tc.code == 429 && (resp.Header.Get("Retry-After") == "" || !contains(string(body), shedding.ReasonShedRatio)) {
 				t.Fatalf("429 without Retry-After or reason: %v %s", resp.Header, body)
 			}
 		})
@@ -381,7 +381,7 @@ func testShedRatio(t *testing.T, ncfg node.Config) {
 	if err == nil {
 		_, err = stream.Recv()
 	}
-	if status.Code(err) != codes.ResourceExhausted || rpcstatus.Reason(err) != "shed_ratio" {
+	if status.Code(err) != codes.ResourceExhausted || rpcstatus.Reason(err) != shedding.ReasonShedRatio {
 		t.Fatalf("gRPC: %v (reason %q), want RESOURCE_EXHAUSTED shed_ratio", err, rpcstatus.Reason(err))
 	}
 }
@@ -413,9 +413,9 @@ func TestGRPCGet(t *testing.T) {
 		{name: "range", req: &willowv1.GetRequest{MediaId: id.String(), Variant: "video", Offset: 100, Length: 50}, from: 100, to: 150},
 		{name: "offset to end", req: &willowv1.GetRequest{MediaId: id.String(), Variant: "video", Offset: 199_990}, from: 199_990, to: len(data)},
 		{name: "length past end", req: &willowv1.GetRequest{MediaId: id.String(), Variant: "video", Offset: 199_990, Length: 100}, from: 199_990, to: len(data)},
-		{name: "offset past end", req: &willowv1.GetRequest{MediaId: id.String(), Variant: "video", Offset: 300_000}, code: codes.OutOfRange, reason: "range"},
-		{name: "malformed", req: &willowv1.GetRequest{MediaId: "nope", Variant: "video"}, code: codes.InvalidArgument, reason: "bad_id"},
-		{name: "unknown", req: &willowv1.GetRequest{MediaId: media.ID{Loc: media.LocStore, Region: "a", Node: "n", Key: media.KeyFor("x", "y")}.String(), Variant: "video"}, code: codes.NotFound, reason: "not_found"},
+		{name: "offset past end", req: &willowv1.GetRequest{MediaId: id.String(), Variant: "video", Offset: 300_000}, code: codes.OutOfRange, reason: edgecache.ReasonRange},
+		{name: "malformed", req: &willowv1.GetRequest{MediaId: "nope", Variant: "video"}, code: codes.InvalidArgument, reason: edgecache.ReasonBadID},
+		{name: "unknown", req: &willowv1.GetRequest{MediaId: media.ID{Loc: media.LocStore, Region: "a", Node: "n", Key: media.KeyFor("x", "y")}.String(), Variant: "video"}, code: codes.NotFound, reason: rpcstatus.ReasonNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stream, err := c.Get(context.Background(), tc.req)

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"testing"
 
+	"willow/compress"
 	"willow/edgecache"
 	"willow/media"
+	"willow/rpcstatus"
 )
 
 // TestFailedMedia422: a variant of a media item whose record says failed
@@ -17,7 +19,7 @@ func TestFailedMedia422(t *testing.T) {
 	st := newStore(t)
 	rec := func(id media.ID, state string) {
 		b, _ := json.Marshal(map[string]any{"id": id.String(), "business": "moments", "state": state,
-			"reason": "corrupt_media", "error": "jpeg: premature end of data", "variants": []any{}})
+			"reason": compress.ReasonCorruptMedia, "error": "jpeg: premature end of data", "variants": []any{}})
 		if err := st.Put(context.Background(), media.RecordKey(id.Key), bytes.NewReader(b), int64(len(b)), "application/json"); err != nil {
 			t.Fatal(err)
 		}
@@ -33,8 +35,8 @@ func TestFailedMedia422(t *testing.T) {
 		code   int
 		reason string
 	}{
-		{"failed", failed, 422, "corrupt_media"},
-		{"processing", processing, 404, "not_found"},
+		{"failed", failed, 422, compress.ReasonCorruptMedia},
+		{"processing", processing, 404, rpcstatus.ReasonNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := get(t, e.url+path(tc.id, media.VariantThumb), nil)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"willow/limits"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -251,19 +252,19 @@ func (s *Server) fetchPeer(ctx context.Context, owner string, r req, format stri
 func fromGRPC(err error) error {
 	switch status.Code(err) {
 	case codes.NotFound:
-		if rpcstatus.Reason(err) == "processing" {
+		if rpcstatus.Reason(err) == media.ReasonProcessing {
 			return fmt.Errorf("%w (%s)", ErrProcessing, status.Convert(err).Message())
 		}
 		return fmt.Errorf("%w (%s)", ErrNotFound, status.Convert(err).Message())
 	case codes.InvalidArgument:
 		// Upload and compress send too_large as INVALID_ARGUMENT.
-		if rpcstatus.Reason(err) == "too_large" {
+		if rpcstatus.Reason(err) == limits.ReasonTooLarge {
 			return fmt.Errorf("%w (%s)", ErrTooLarge, status.Convert(err).Message())
 		}
 		return fmt.Errorf("%w (%s)", ErrBadRequest, status.Convert(err).Message())
 	case codes.FailedPrecondition:
 		// Another edge (grpc.go) sends too_large as FAILED_PRECONDITION.
-		if rpcstatus.Reason(err) == "too_large" {
+		if rpcstatus.Reason(err) == limits.ReasonTooLarge {
 			return fmt.Errorf("%w (%s)", ErrTooLarge, status.Convert(err).Message())
 		}
 	}

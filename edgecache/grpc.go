@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"willow/flex"
+	"willow/limits"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -136,34 +137,34 @@ func first(v []string) string {
 func grpcError(err error) error {
 	switch {
 	case errors.Is(err, ErrBadFormat):
-		return rpcstatus.New(codes.InvalidArgument, "bad_format", "%v", err)
+		return rpcstatus.New(codes.InvalidArgument, ReasonBadFormat, "%v", err)
 	case errors.Is(err, ErrBadRequest):
-		return rpcstatus.New(codes.InvalidArgument, "bad_id", "%v", err)
+		return rpcstatus.New(codes.InvalidArgument, ReasonBadID, "%v", err)
 	case errors.Is(err, ErrFailed):
-		reason := "failed"
+		reason := ReasonFailed
 		var fe *FailedError
 		if errors.As(err, &fe) && fe.Reason != "" {
 			reason = fe.Reason
 		}
 		return rpcstatus.New(codes.FailedPrecondition, reason, "%v", err)
 	case errors.Is(err, ErrProcessing):
-		return rpcstatus.New(codes.NotFound, "processing", "%v", err)
+		return rpcstatus.New(codes.NotFound, media.ReasonProcessing, "%v", err)
 	case errors.Is(err, ErrNotFound):
-		return rpcstatus.New(codes.NotFound, "not_found", "%v", err)
+		return rpcstatus.New(codes.NotFound, rpcstatus.ReasonNotFound, "%v", err)
 	case errors.Is(err, ErrForbidden):
 		return rpcstatus.New(codes.PermissionDenied, forbiddenReason(err), "%v", err)
 	case errors.Is(err, ErrShed):
-		return rpcstatus.Overload("shed_ratio", DefaultRetryAfter, "%v", err)
+		return rpcstatus.Overload(shedding.ReasonShedRatio, DefaultRetryAfter, "%v", err)
 	case errors.Is(err, ErrOverload):
-		return rpcstatus.Overload("overload", DefaultRetryAfter, "%v", err)
+		return rpcstatus.Overload(shedding.ReasonOverload, DefaultRetryAfter, "%v", err)
 	case errors.Is(err, ErrRange):
-		return rpcstatus.New(codes.OutOfRange, "range", "%v", err)
+		return rpcstatus.New(codes.OutOfRange, ReasonRange, "%v", err)
 	case errors.Is(err, ErrTooLarge):
-		return rpcstatus.New(codes.FailedPrecondition, "too_large", "%v", err)
+		return rpcstatus.New(codes.FailedPrecondition, limits.ReasonTooLarge, "%v", err)
 	case errors.Is(err, ErrOrigin):
-		return rpcstatus.New(codes.Unavailable, "origin", "%v", err)
+		return rpcstatus.New(codes.Unavailable, ReasonOrigin, "%v", err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return status.FromContextError(err).Err()
 	}
-	return rpcstatus.New(codes.Internal, "internal", "%v", err)
+	return rpcstatus.New(codes.Internal, rpcstatus.ReasonInternal, "%v", err)
 }

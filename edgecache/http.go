@@ -11,6 +11,10 @@ import (
 	"time"
 
 	"willow/flex"
+	"willow/limits"
+	"willow/media"
+	"willow/rpcstatus"
+	"willow/shedding"
 	"willow/urlsign"
 )
 
@@ -30,12 +34,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/m/")
 	if !ok {
-		writeJSONError(w, http.StatusNotFound, "not_found", "no such path; want /m/{id}/{variant}")
+		writeJSONError(w, http.StatusNotFound, rpcstatus.ReasonNotFound, "no such path; want /m/{id}/{variant}")
 		return
 	}
 	idStr, variant, ok := strings.Cut(rest, "/")
 	if !ok || strings.Contains(variant, "/") {
-		writeJSONError(w, http.StatusBadRequest, "bad_id", "want /m/{id}/{variant}")
+		writeJSONError(w, http.StatusBadRequest, ReasonBadID, "want /m/{id}/{variant}")
 		return
 	}
 	var q url.Values
@@ -132,36 +136,36 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 
 // writeError is the one place errors become HTTP statuses.
 func writeError(w http.ResponseWriter, err error) {
-	code, reason := http.StatusInternalServerError, "internal"
+	code, reason := http.StatusInternalServerError, rpcstatus.ReasonInternal
 	switch {
 	case errors.Is(err, ErrBadFormat):
-		code, reason = http.StatusBadRequest, "bad_format"
+		code, reason = http.StatusBadRequest, ReasonBadFormat
 	case errors.Is(err, ErrBadRequest):
-		code, reason = http.StatusBadRequest, "bad_id"
+		code, reason = http.StatusBadRequest, ReasonBadID
 	case errors.Is(err, ErrFailed):
-		code, reason = http.StatusUnprocessableEntity, "failed"
+		code, reason = http.StatusUnprocessableEntity, ReasonFailed
 		var fe *FailedError
 		if errors.As(err, &fe) && fe.Reason != "" {
 			reason = fe.Reason
 		}
 	case errors.Is(err, ErrProcessing):
-		code, reason = http.StatusNotFound, "processing"
+		code, reason = http.StatusNotFound, media.ReasonProcessing
 	case errors.Is(err, ErrNotFound):
-		code, reason = http.StatusNotFound, "not_found"
+		code, reason = http.StatusNotFound, rpcstatus.ReasonNotFound
 	case errors.Is(err, ErrForbidden):
 		code, reason = http.StatusForbidden, forbiddenReason(err)
 	case errors.Is(err, ErrShed):
 		w.Header().Set("Retry-After", strconv.Itoa(int(DefaultRetryAfter/time.Second)))
-		code, reason = http.StatusTooManyRequests, "shed_ratio"
+		code, reason = http.StatusTooManyRequests, shedding.ReasonShedRatio
 	case errors.Is(err, ErrOverload):
 		w.Header().Set("Retry-After", strconv.Itoa(int(DefaultRetryAfter/time.Second)))
-		code, reason = http.StatusTooManyRequests, "overload"
+		code, reason = http.StatusTooManyRequests, shedding.ReasonOverload
 	case errors.Is(err, ErrTooLarge):
-		code, reason = http.StatusBadGateway, "too_large"
+		code, reason = http.StatusBadGateway, limits.ReasonTooLarge
 	case errors.Is(err, ErrOrigin), errors.Is(err, context.DeadlineExceeded):
-		code, reason = http.StatusServiceUnavailable, "origin"
+		code, reason = http.StatusServiceUnavailable, ReasonOrigin
 	case errors.Is(err, context.Canceled):
-		code, reason = 499, "canceled"
+		code, reason = 499, rpcstatus.ReasonCanceled
 	}
 	writeJSONError(w, code, reason, err.Error())
 }

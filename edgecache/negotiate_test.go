@@ -131,7 +131,7 @@ func TestNegotiation(t *testing.T) {
 	if resp, _ = get(t, u, map[string]string{"Accept": chromiumImgAccept, "If-Modified-Since": lm}); resp.StatusCode != http.StatusNotModified {
 		t.Fatalf("If-Modified-Since: status %d", resp.StatusCode)
 	}
-	if resp, body = get(t, u+"?format=webm", nil); resp.StatusCode != 400 || !strings.Contains(string(body), "bad_format") {
+	if resp, body = get(t, u+"?format=webm", nil); resp.StatusCode != 400 || !strings.Contains(string(body), edgecache.ReasonBadFormat) {
 		t.Fatalf("bad format: status %d %s", resp.StatusCode, body)
 	}
 

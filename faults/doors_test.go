@@ -20,9 +20,11 @@ import (
 
 	"willow/auth"
 	"willow/client"
+	"willow/edgecache"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 	"willow/token"
+	"willow/upload"
 	"willow/urlsign"
 )
 
@@ -82,9 +84,9 @@ func TestDownloadDoorsOnLocalCluster(t *testing.T) {
 		reason     string
 	}{
 		{"signed", signed, 200, ""},
-		{"unsigned", urlsign.Path(moments.ID, "raw"), 403, "signature_missing"},
-		{"tampered user", tampered, 403, "signature_invalid"},
-		{"expired", expired, 403, "signature_expired"},
+		{"unsigned", urlsign.Path(moments.ID, "raw"), 403, edgecache.ReasonSignatureMissing},
+		{"tampered user", tampered, 403, edgecache.ReasonSignatureInvalid},
+		{"expired", expired, 403, edgecache.ReasonSignatureExpired},
 		{"public business unsigned", urlsign.Path(avatar.ID, "raw"), 200, ""},
 	} {
 		t.Run("http "+tc.name, func(t *testing.T) {
@@ -139,7 +141,7 @@ func TestDownloadDoorsOnLocalCluster(t *testing.T) {
 		"unsigned":       {MediaId: moments.ID, Variant: "raw"},
 		"unsigned, peer": {MediaId: moments.ID, Variant: "raw", Peer: true},
 	} {
-		if _, err := fetch(req); status.Code(err) != codes.PermissionDenied || rpcstatus.Reason(err) != "signature_missing" {
+		if _, err := fetch(req); status.Code(err) != codes.PermissionDenied || rpcstatus.Reason(err) != edgecache.ReasonSignatureMissing {
 			t.Errorf("grpc %s: %v (reason %q), want PERMISSION_DENIED signature_missing", name, err, rpcstatus.Reason(err))
 		}
 	}
@@ -163,7 +165,7 @@ func TestDownloadDoorsOnLocalCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cs.Send(&willowv1.Chunk{UploadId: "xss-1", User: "alice", Data: html})
-	if _, err := cs.CloseAndRecv(); status.Code(err) != codes.InvalidArgument || rpcstatus.Reason(err) != "unsupported_format" {
+	if _, err := cs.CloseAndRecv(); status.Code(err) != codes.InvalidArgument || rpcstatus.Reason(err) != upload.ReasonUnsupportedFormat {
 		t.Fatalf("html chunks: %v, want INVALID_ARGUMENT unsupported_format", err)
 	}
 	if _, err := uc.Commit(ctx, &willowv1.CommitRequest{UploadId: "xss-1", User: "alice"}); err == nil {

@@ -24,6 +24,7 @@ import (
 
 	"willow/auth"
 	"willow/internal/testenv"
+	"willow/master"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -209,7 +210,7 @@ func TestTLSMains(t *testing.T) {
 	if err := register("compress-a-1", "compress", "upload-a-1", "upload"); status.Code(err) != codes.PermissionDenied || rpcstatus.Reason(err) != auth.ReasonNodeIdentity {
 		t.Errorf("compress-a-1's certificate registering upload-a-1: %v, want PERMISSION_DENIED node_identity", err)
 	}
-	if err := register("compress-a-1", "compress", "compress-a-1", "compress"); status.Code(err) != codes.PermissionDenied || rpcstatus.Reason(err) != "node_id_taken" {
+	if err := register("compress-a-1", "compress", "compress-a-1", "compress"); status.Code(err) != codes.PermissionDenied || rpcstatus.Reason(err) != master.ReasonNodeIDTaken {
 		t.Errorf("another compress-a-1 certificate re-registering the live node: %v, want PERMISSION_DENIED node_id_taken", err)
 	}
 	// Legitimate: a new node with its own certificate registers.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"willow/client"
+	"willow/media"
 	"willow/rpcstatus"
 )
 
@@ -64,7 +65,7 @@ func (r *runner) check(ctx context.Context, a acked, deadline time.Time) string 
 			return "lost" // wrong bytes count as lost
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			if rpcstatus.Reason(err) == "processing" {
+			if rpcstatus.Reason(err) == media.ReasonProcessing {
 				return "pending"
 			}
 			return "lost"

@@ -9,13 +9,9 @@ import (
 
 	"willow/auth"
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 	"willow/rpcstatus"
 )
-
-// ReasonNodeIDTaken: a Register or Heartbeat for a node ID that a live
-// node registered with another credential (another certificate, or
-// another process's instance key).
-const ReasonNodeIDTaken = "node_id_taken"
 
 // A registered node ID is bound to the credential that registered it: the
 // key bind:ID holds that credential's fingerprint (auth.Caller.Credential
@@ -55,7 +51,7 @@ func (s *Server) bind(ctx context.Context, id, fp string, renewOnly bool) (missi
 	if !renewOnly {
 		ok, err := s.rdb.SetNX(ctx, key, fp, ttl).Result()
 		if err != nil {
-			return false, rpcstatus.New(codes.Unavailable, "redis", "bind %s: %v", id, err)
+			return false, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "bind %s: %v", id, err)
 		}
 		if ok {
 			return false, nil
@@ -66,13 +62,13 @@ func (s *Server) bind(ctx context.Context, id, fp string, renewOnly bool) (missi
 	case errors.Is(err, redis.Nil):
 		return true, nil
 	case err != nil:
-		return false, rpcstatus.New(codes.Unavailable, "redis", "bind %s: %v", id, err)
+		return false, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "bind %s: %v", id, err)
 	case cur != fp:
 		return false, rpcstatus.New(codes.PermissionDenied, ReasonNodeIDTaken,
 			"node %s is registered and alive with another credential", id)
 	}
 	if err := s.rdb.PExpire(ctx, key, ttl).Err(); err != nil {
-		return false, rpcstatus.New(codes.Unavailable, "redis", "bind %s: %v", id, err)
+		return false, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "bind %s: %v", id, err)
 	}
 	return false, nil
 }

@@ -72,7 +72,7 @@ func consoleHeaders(h http.Handler) http.Handler {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		if r.URL.Query().Has("token") {
-			consoleError(w, rpcstatus.New(codes.InvalidArgument, "token_in_url",
+			consoleError(w, rpcstatus.New(codes.InvalidArgument, ReasonTokenInURL,
 				"never put a token in the URL: enter it in the page (it is sent in the X-Willow-Token header)"))
 			return
 		}
@@ -320,7 +320,7 @@ func decodeConsole(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxConsoleBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return rpcstatus.New(codes.InvalidArgument, "bad_request", "request body: %v", err)
+		return rpcstatus.New(codes.InvalidArgument, rpcstatus.ReasonBadRequest, "request body: %v", err)
 	}
 	return nil
 }
@@ -337,7 +337,7 @@ func (s *Server) apiSetFlex(w http.ResponseWriter, r *http.Request) {
 	if c.For != "" {
 		d, err := time.ParseDuration(c.For)
 		if err != nil {
-			consoleError(w, rpcstatus.New(codes.InvalidArgument, "invalid_expiry", "for %q: %v", c.For, err))
+			consoleError(w, rpcstatus.New(codes.InvalidArgument, ReasonInvalidExpiry, "for %q: %v", c.For, err))
 			return
 		}
 		forMs = d.Milliseconds()

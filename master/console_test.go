@@ -14,9 +14,13 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"willow/auth"
+	"willow/flex"
 	"willow/internal/testenv"
+	"willow/master"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
 )
 
 func startConsole(t *testing.T) (*testMaster, *httptest.Server) {
@@ -73,14 +77,14 @@ func TestConsoleAPI(t *testing.T) {
 		reason string
 		msg    string
 	}{
-		{"no token", "", map[string]any{"level": "red", "reason": "x"}, 401, "no_credentials", "token"},
-		{"wrong token", "nope", map[string]any{"level": "red", "reason": "x"}, 401, "bad_credentials", "unknown"},
-		{"read-only operator", readerToken, map[string]any{"level": "red", "reason": "x"}, 403, "missing_role", "oncall"},
-		{"self-declared actor", carolToken, map[string]any{"level": "red", "reason": "x", "actor": "mallory"}, 400, "bad_request", "actor"},
-		{"bad knob", token, map[string]any{"knobs": map[string]string{"timeline_delay_ratio": "2"}, "reason": "x"}, 400, "invalid_knob", "timeline_delay_ratio"},
-		{"bad for", token, map[string]any{"level": "blue", "reason": "x", "for": "soon"}, 400, "invalid_expiry", "soon"},
-		{"unknown field", token, map[string]any{"levle": "blue"}, 400, "bad_request", "levle"},
-		{"stale version", token, map[string]any{"level": "blue", "reason": "x", "expected_version": 7}, 409, "version_conflict", "you expected 7"},
+		{"no token", "", map[string]any{"level": "red", "reason": "x"}, 401, auth.ReasonNoCredentials, "token"},
+		{"wrong token", "nope", map[string]any{"level": "red", "reason": "x"}, 401, auth.ReasonBadCredentials, "unknown"},
+		{"read-only operator", readerToken, map[string]any{"level": "red", "reason": "x"}, 403, auth.ReasonMissingRole, "oncall"},
+		{"self-declared actor", carolToken, map[string]any{"level": "red", "reason": "x", "actor": "mallory"}, 400, rpcstatus.ReasonBadRequest, "actor"},
+		{"bad knob", token, map[string]any{"knobs": map[string]string{"timeline_delay_ratio": "2"}, "reason": "x"}, 400, flex.ReasonInvalidKnob, "timeline_delay_ratio"},
+		{"bad for", token, map[string]any{"level": "blue", "reason": "x", "for": "soon"}, 400, master.ReasonInvalidExpiry, "soon"},
+		{"unknown field", token, map[string]any{"levle": "blue"}, 400, rpcstatus.ReasonBadRequest, "levle"},
+		{"stale version", token, map[string]any{"level": "blue", "reason": "x", "expected_version": 7}, 409, master.ReasonVersionConflict, "you expected 7"},
 		{"dry run", token, map[string]any{"level": "blue", "reason": "x", "dry_run": true}, 200, "", ""},
 		{"apply", token, map[string]any{"level": "blue", "reason": "x", "expected_version": 1, "for": "1h"}, 200, "", ""},
 	}

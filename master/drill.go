@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
 	"willow/auth"
+	"willow/redisconn"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -112,24 +114,24 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 	}
 	dur := time.Duration(req.GetForMs()) * time.Millisecond
 	if dur < 0 || dur > s.cfg.MaxDrill {
-		return nil, rpcstatus.New(codes.InvalidArgument, "for", "drill duration %v: want 0 (end it) to %v", dur, s.cfg.MaxDrill)
+		return nil, rpcstatus.New(codes.InvalidArgument, ReasonDrillFor, "drill duration %v: want 0 (end it) to %v", dur, s.cfg.MaxDrill)
 	}
 	switch d.GetKind() {
 	case DrillLatency:
 		if d.GetLatencyMs() <= 0 && dur > 0 {
-			return nil, rpcstatus.New(codes.InvalidArgument, "latency", "latency drill needs latency_ms > 0")
+			return nil, rpcstatus.New(codes.InvalidArgument, ReasonDrillLatency, "latency drill needs latency_ms > 0")
 		}
 	case DrillErrors:
 		if r := d.GetErrorRatio(); (r <= 0 || r > 1) && dur > 0 {
-			return nil, rpcstatus.New(codes.InvalidArgument, "error_ratio", "errors drill needs 0 < error_ratio <= 1, got %v", r)
+			return nil, rpcstatus.New(codes.InvalidArgument, ReasonDrillErrorRatio, "errors drill needs 0 < error_ratio <= 1, got %v", r)
 		}
 	case DrillSilence:
 	default:
-		return nil, rpcstatus.New(codes.InvalidArgument, "kind", "drill kind %q: want latency, errors or silence", d.GetKind())
+		return nil, rpcstatus.New(codes.InvalidArgument, ReasonDrillKind, "drill kind %q: want latency, errors or silence", d.GetKind())
 	}
 	v, err := s.refresh(ctx)
 	if err != nil {
-		return nil, rpcstatus.New(codes.Unavailable, "redis", "drill: %v", err)
+		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "drill: %v", err)
 	}
 	var target *entry
 	for _, e := range v.entries {
@@ -139,10 +141,10 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 		}
 	}
 	if target == nil {
-		return nil, rpcstatus.New(codes.NotFound, "node", "no node %q in the registry", d.GetNodeAddr())
+		return nil, rpcstatus.New(codes.NotFound, ReasonNode, "no node %q in the registry", d.GetNodeAddr())
 	}
 	if target.info.GetRole() == "master" {
-		return nil, rpcstatus.New(codes.InvalidArgument, "node", "drills do not apply to masters")
+		return nil, rpcstatus.New(codes.InvalidArgument, ReasonNode, "drills do not apply to masters")
 	}
 	d.NodeAddr = target.info.GetAddr()
 	d.ExpiresAtUnixMs = now.Add(dur).UnixMilli()
@@ -159,7 +161,7 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 		err = s.rdb.HSet(wctx, s.drillsKey(), d.GetId(), b).Err()
 	}
 	if err != nil {
-		return nil, rpcstatus.New(codes.Unavailable, "redis", "drill: %v", err)
+		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "drill: %v", err)
 	}
 	s.mu.Lock()
 	kept := s.drills[:0:0]

@@ -17,6 +17,7 @@ import (
 
 	"willow/flex"
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 	"willow/rpcstatus"
 )
 
@@ -465,7 +466,7 @@ func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*wi
 	if err != nil {
 		err = flexStatus(err)
 		s.flexChanges.WithLabelValues(action, rpcstatus.Reason(err)).Inc()
-		if rpcstatus.Reason(err) == "redis" {
+		if rpcstatus.Reason(err) == redisconn.ReasonRedis {
 			// The audit log lives in Redis too: log only.
 			s.log.Warn("flex change failed", "action", action, "actor", actor, "err", err)
 			return nil, err
@@ -555,16 +556,16 @@ func describeRequest(req *willowv1.SetFlexRequest) string {
 // validateSet checks a SetFlex request before it touches the document.
 func (s *Server) validateSet(req *willowv1.SetFlexRequest) error {
 	if req.GetReason() == "" {
-		return rpcstatus.New(codes.InvalidArgument, "missing_reason", "every flex change needs a reason (--reason)")
+		return rpcstatus.New(codes.InvalidArgument, ReasonMissingReason, "every flex change needs a reason (--reason)")
 	}
 	if req.GetLevel() == "" && len(req.GetKnobs()) == 0 {
-		return rpcstatus.New(codes.InvalidArgument, "empty_change", "nothing to change: give a level or knobs")
+		return rpcstatus.New(codes.InvalidArgument, ReasonEmptyChange, "nothing to change: give a level or knobs")
 	}
 	if err := flex.ValidateScope(req.GetScope()); err != nil {
 		return flexStatus(err)
 	}
 	if req.GetForMs() < 0 {
-		return rpcstatus.New(codes.InvalidArgument, "invalid_expiry", "expiry is in the past (for %s): it must be a positive duration", time.Duration(req.GetForMs())*time.Millisecond)
+		return rpcstatus.New(codes.InvalidArgument, ReasonInvalidExpiry, "expiry is in the past (for %s): it must be a positive duration", time.Duration(req.GetForMs())*time.Millisecond)
 	}
 	if req.GetLevel() != "" {
 		if _, err := s.plans.Plan(req.GetLevel()); err != nil {
@@ -591,23 +592,23 @@ func flexStatus(err error) error {
 	}
 	switch {
 	case errors.Is(err, flex.ErrUnknownKnob):
-		return rpcstatus.New(codes.InvalidArgument, "unknown_knob", "%v", err)
+		return rpcstatus.New(codes.InvalidArgument, flex.ReasonUnknownKnob, "%v", err)
 	case errors.Is(err, flex.ErrUnknownBusiness):
-		return rpcstatus.New(codes.InvalidArgument, "unknown_business", "%v", err)
+		return rpcstatus.New(codes.InvalidArgument, flex.ReasonUnknownBusiness, "%v", err)
 	case errors.Is(err, flex.ErrOutOfRange):
-		return rpcstatus.New(codes.InvalidArgument, "invalid_knob", "%v", err)
+		return rpcstatus.New(codes.InvalidArgument, flex.ReasonInvalidKnob, "%v", err)
 	case errors.Is(err, flex.ErrUnknownLevel):
-		return rpcstatus.New(codes.InvalidArgument, "unknown_level", "%v", err)
+		return rpcstatus.New(codes.InvalidArgument, flex.ReasonUnknownLevel, "%v", err)
 	case errors.Is(err, flex.ErrBadScope):
-		return rpcstatus.New(codes.InvalidArgument, "invalid_scope", "%v", err)
+		return rpcstatus.New(codes.InvalidArgument, flex.ReasonInvalidScope, "%v", err)
 	case errors.Is(err, errVersionConflict):
-		return rpcstatus.New(codes.Aborted, "version_conflict", "%v", err)
+		return rpcstatus.New(codes.Aborted, ReasonVersionConflict, "%v", err)
 	case errors.Is(err, errNoPrevious):
-		return rpcstatus.New(codes.FailedPrecondition, "no_previous", "%v", err)
+		return rpcstatus.New(codes.FailedPrecondition, ReasonNoPrevious, "%v", err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return rpcstatus.New(codes.DeadlineExceeded, "deadline", "%v", err)
+		return rpcstatus.New(codes.DeadlineExceeded, rpcstatus.ReasonDeadline, "%v", err)
 	}
-	return rpcstatus.New(codes.Unavailable, "redis", "flex store: %v", err)
+	return rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "flex store: %v", err)
 }
 
 // RollbackFlex reverts to the state before the current version (a second
@@ -619,7 +620,7 @@ func (s *Server) RollbackFlex(ctx context.Context, req *willowv1.RollbackFlexReq
 		return nil, err
 	}
 	if req.GetReason() == "" {
-		return nil, rpcstatus.New(codes.InvalidArgument, "missing_reason", "a rollback needs a reason (--reason)")
+		return nil, rpcstatus.New(codes.InvalidArgument, ReasonMissingReason, "a rollback needs a reason (--reason)")
 	}
 	prev, next, err := s.commit(ctx, func(cur flexDoc) (flexDoc, *willowv1.AuditEntry, error) {
 		if ev := req.GetExpectedVersion(); ev != 0 && ev != cur.Version {
@@ -637,7 +638,7 @@ func (s *Server) RollbackFlex(ctx context.Context, req *willowv1.RollbackFlexReq
 	})
 	if err != nil {
 		err = flexStatus(err)
-		if rpcstatus.Reason(err) == "redis" {
+		if rpcstatus.Reason(err) == redisconn.ReasonRedis {
 			s.log.Warn("flex rollback failed", "actor", actor, "err", err)
 			return nil, err
 		}
@@ -660,7 +661,7 @@ func (s *Server) FlexHistory(ctx context.Context, req *willowv1.FlexHistoryReque
 	defer cancel()
 	raws, err := s.store.History(ctx, limit)
 	if err != nil {
-		return nil, rpcstatus.New(codes.Unavailable, "redis", "read audit log: %v", err)
+		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "read audit log: %v", err)
 	}
 	resp := &willowv1.FlexHistoryResponse{}
 	for _, r := range raws {

@@ -17,10 +17,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"willow/auth"
+	"willow/flex"
 	"willow/internal/testenv"
 	"willow/master"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 	"willow/rpcstatus"
 )
 
@@ -107,21 +109,21 @@ func TestSetFlexValidation(t *testing.T) {
 			reason string
 			msg    string
 		}{
-			{"ratio over 1", &willowv1.SetFlexRequest{Knobs: map[string]string{"timeline_delay_ratio": "1.2"}}, codes.InvalidArgument, "invalid_knob", "timeline_delay_ratio=\"1.2\": allowed a number in [0,1]"},
-			{"shed ratio negative", &willowv1.SetFlexRequest{Knobs: map[string]string{"shed_ratio.moments": "-1"}}, codes.InvalidArgument, "invalid_knob", "shed_ratio.moments"},
-			{"quality under 10", &willowv1.SetFlexRequest{Knobs: map[string]string{"image_quality": "5"}}, codes.InvalidArgument, "invalid_knob", "image_quality=\"5\": allowed an integer in [10,95]"},
-			{"quality over 95", &willowv1.SetFlexRequest{Knobs: map[string]string{"image_quality": "99"}}, codes.InvalidArgument, "invalid_knob", "[10,95]"},
-			{"bitrate under 300", &willowv1.SetFlexRequest{Knobs: map[string]string{"video_bitrate_kbps": "200"}}, codes.InvalidArgument, "invalid_knob", "video_bitrate_kbps=\"200\": allowed an integer in [300,1800]"},
-			{"bitrate over normal", &willowv1.SetFlexRequest{Knobs: map[string]string{"video_bitrate_kbps": "2400"}}, codes.InvalidArgument, "invalid_knob", "[300,1800]"},
-			{"unknown knob", &willowv1.SetFlexRequest{Knobs: map[string]string{"turbo": "on"}}, codes.InvalidArgument, "unknown_knob", "unknown knob \"turbo\""},
-			{"unknown business", &willowv1.SetFlexRequest{Knobs: map[string]string{"shed_ratio.games": "0.5"}}, codes.InvalidArgument, "unknown_business", "shed_ratio.games: unknown business"},
-			{"unknown level", &willowv1.SetFlexRequest{Level: "purple"}, codes.InvalidArgument, "unknown_level", "purple"},
-			{"expiry in the past", &willowv1.SetFlexRequest{Level: "blue", ForMs: -1000}, codes.InvalidArgument, "invalid_expiry", "expiry is in the past"},
-			{"bad scope", &willowv1.SetFlexRequest{Level: "blue", Scope: "zone:x"}, codes.InvalidArgument, "invalid_scope", "region:NAME"},
-			{"no reason", &willowv1.SetFlexRequest{Level: "blue", Reason: "-"}, codes.InvalidArgument, "missing_reason", "reason"},
-			{"nothing", &willowv1.SetFlexRequest{}, codes.InvalidArgument, "empty_change", "nothing to change"},
-			{"no token", &willowv1.SetFlexRequest{Level: "red", Token: "-"}, codes.Unauthenticated, "no_credentials", "token"},
-			{"wrong token", &willowv1.SetFlexRequest{Level: "red", Token: "nope"}, codes.Unauthenticated, "bad_credentials", "unknown"},
+			{"ratio over 1", &willowv1.SetFlexRequest{Knobs: map[string]string{"timeline_delay_ratio": "1.2"}}, codes.InvalidArgument, flex.ReasonInvalidKnob, "timeline_delay_ratio=\"1.2\": allowed a number in [0,1]"},
+			{"shed ratio negative", &willowv1.SetFlexRequest{Knobs: map[string]string{"shed_ratio.moments": "-1"}}, codes.InvalidArgument, flex.ReasonInvalidKnob, "shed_ratio.moments"},
+			{"quality under 10", &willowv1.SetFlexRequest{Knobs: map[string]string{"image_quality": "5"}}, codes.InvalidArgument, flex.ReasonInvalidKnob, "image_quality=\"5\": allowed an integer in [10,95]"},
+			{"quality over 95", &willowv1.SetFlexRequest{Knobs: map[string]string{"image_quality": "99"}}, codes.InvalidArgument, flex.ReasonInvalidKnob, "[10,95]"},
+			{"bitrate under 300", &willowv1.SetFlexRequest{Knobs: map[string]string{"video_bitrate_kbps": "200"}}, codes.InvalidArgument, flex.ReasonInvalidKnob, "video_bitrate_kbps=\"200\": allowed an integer in [300,1800]"},
+			{"bitrate over normal", &willowv1.SetFlexRequest{Knobs: map[string]string{"video_bitrate_kbps": "2400"}}, codes.InvalidArgument, flex.ReasonInvalidKnob, "[300,1800]"},
+			{"unknown knob", &willowv1.SetFlexRequest{Knobs: map[string]string{"turbo": "on"}}, codes.InvalidArgument, flex.ReasonUnknownKnob, "unknown knob \"turbo\""},
+			{"unknown business", &willowv1.SetFlexRequest{Knobs: map[string]string{"shed_ratio.games": "0.5"}}, codes.InvalidArgument, flex.ReasonUnknownBusiness, "shed_ratio.games: unknown business"},
+			{"unknown level", &willowv1.SetFlexRequest{Level: "purple"}, codes.InvalidArgument, flex.ReasonUnknownLevel, "purple"},
+			{"expiry in the past", &willowv1.SetFlexRequest{Level: "blue", ForMs: -1000}, codes.InvalidArgument, master.ReasonInvalidExpiry, "expiry is in the past"},
+			{"bad scope", &willowv1.SetFlexRequest{Level: "blue", Scope: "zone:x"}, codes.InvalidArgument, flex.ReasonInvalidScope, "region:NAME"},
+			{"no reason", &willowv1.SetFlexRequest{Level: "blue", Reason: "-"}, codes.InvalidArgument, master.ReasonMissingReason, "reason"},
+			{"nothing", &willowv1.SetFlexRequest{}, codes.InvalidArgument, master.ReasonEmptyChange, "nothing to change"},
+			{"no token", &willowv1.SetFlexRequest{Level: "red", Token: "-"}, codes.Unauthenticated, auth.ReasonNoCredentials, "token"},
+			{"wrong token", &willowv1.SetFlexRequest{Level: "red", Token: "nope"}, codes.Unauthenticated, auth.ReasonBadCredentials, "unknown"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -184,7 +186,7 @@ func TestSetFlexLevelsScopesRollback(t *testing.T) {
 			t.Fatalf("previous = %v", resp.GetPrevious())
 		}
 		_, err = m.client.RollbackFlex(ctxT(t), &willowv1.RollbackFlexRequest{Token: token})
-		if rpcstatus.Reason(err) != "missing_reason" {
+		if rpcstatus.Reason(err) != master.ReasonMissingReason {
 			t.Fatalf("rollback without reason: %v", err)
 		}
 		// Dry run does not change anything.
@@ -207,7 +209,7 @@ func TestSetFlexCompareAndSet(t *testing.T) {
 		// Two on-calls both read version 1 and change it: the second loses.
 		set(t, a.client, &willowv1.SetFlexRequest{Level: "yellow", ExpectedVersion: st.GetVersion()})
 		_, err := b.client.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Token: token, Reason: "x", Level: "red", ExpectedVersion: st.GetVersion()})
-		if status.Code(err) != codes.Aborted || rpcstatus.Reason(err) != "version_conflict" || !strings.Contains(err.Error(), "version 3, you expected 2") {
+		if status.Code(err) != codes.Aborted || rpcstatus.Reason(err) != master.ReasonVersionConflict || !strings.Contains(err.Error(), "version 3, you expected 2") {
 			t.Fatalf("stale CAS = %v", err)
 		}
 		// Concurrent unconditional changes through two masters all land, each
@@ -517,7 +519,7 @@ func TestFlexRedisDown(t *testing.T) {
 		}
 		t.Logf("GetFlex with Redis down: %v", time.Since(start))
 		_, err = m.client.SetFlex(ctxT(t), &willowv1.SetFlexRequest{Token: token, Reason: "x", Level: "red"})
-		if status.Code(err) != codes.Unavailable || rpcstatus.Reason(err) != "redis" {
+		if status.Code(err) != codes.Unavailable || rpcstatus.Reason(err) != redisconn.ReasonRedis {
 			t.Fatalf("SetFlex with Redis down = %v", err)
 		}
 		t.Logf("GetFlex+SetFlex with Redis down: %v", time.Since(start))

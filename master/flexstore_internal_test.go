@@ -15,7 +15,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"willow/auth"
+	"willow/flex"
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 	"willow/rpcstatus"
 )
 
@@ -182,8 +184,8 @@ func TestFlexHandlersWithoutRedis(t *testing.T) {
 	}{
 		{"no token", &willowv1.SetFlexRequest{Level: "red", Reason: "x"}, codes.Unauthenticated, auth.ReasonNoCredentials},
 		{"wrong token", &willowv1.SetFlexRequest{Level: "red", Reason: "x", Token: "nope"}, codes.Unauthenticated, auth.ReasonBadCredentials},
-		{"bad knob", &willowv1.SetFlexRequest{Knobs: map[string]string{"image_quality": "5"}, Reason: "x", Token: "t"}, codes.InvalidArgument, "invalid_knob"},
-		{"stale version", &willowv1.SetFlexRequest{Level: "red", Reason: "x", Token: "t", ExpectedVersion: 7}, codes.Aborted, "version_conflict"},
+		{"bad knob", &willowv1.SetFlexRequest{Knobs: map[string]string{"image_quality": "5"}, Reason: "x", Token: "t"}, codes.InvalidArgument, flex.ReasonInvalidKnob},
+		{"stale version", &willowv1.SetFlexRequest{Level: "red", Reason: "x", Token: "t", ExpectedVersion: 7}, codes.Aborted, ReasonVersionConflict},
 	}
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
@@ -274,7 +276,7 @@ func TestFlexStoreDown(t *testing.T) {
 		t.Fatalf("GetFlex with the store down serves the local copy: %v %v", cur, err)
 	}
 	_, err := s.SetFlex(ctx, &willowv1.SetFlexRequest{Level: "red", Reason: "x", Token: "t"})
-	if status.Code(err) != codes.Unavailable || rpcstatus.Reason(err) != "redis" {
+	if status.Code(err) != codes.Unavailable || rpcstatus.Reason(err) != redisconn.ReasonRedis {
 		t.Fatalf("SetFlex with the store down: %v", err)
 	}
 	if _, err := s.FlexHistory(ctx, &willowv1.FlexHistoryRequest{}); status.Code(err) != codes.Unavailable {

@@ -10,13 +10,6 @@ import (
 	"willow/rpcstatus"
 )
 
-// Reasons of the master's operator checks, besides package auth's.
-const (
-	// ReasonReadOnly: this master has no operator identity that may change
-	// anything.
-	ReasonReadOnly = "read_only"
-)
-
 // operators builds the identities the master accepts: the node's (its
 // auth config, from the identities file), extra ones from Config, and,
 // when set, the legacy shared Config.OncallToken as the identity "oncall"

@@ -15,6 +15,7 @@ import (
 
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 	"willow/rpcstatus"
 )
 
@@ -23,13 +24,6 @@ const (
 	StateHealthy = "healthy"
 	StateEjected = "ejected"
 	StateProbing = "probing"
-)
-
-// Ejection reasons (the prefix of NodeStatus.reason).
-const (
-	ReasonMissedHeartbeats = "missed_heartbeats"
-	ReasonSuccessRate      = "success_rate"
-	ReasonProbeFailed      = "probe_failed"
 )
 
 var nodeIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
@@ -114,19 +108,19 @@ func (s *Server) healthTTL() time.Duration {
 func validInfo(n *willowv1.NodeInfo) error {
 	switch {
 	case n == nil:
-		return rpcstatus.New(codes.InvalidArgument, "node", "node info missing")
+		return rpcstatus.New(codes.InvalidArgument, ReasonNode, "node info missing")
 	case !nodeIDRe.MatchString(n.GetId()):
-		return rpcstatus.New(codes.InvalidArgument, "node_id", "node id %q: want [a-z0-9-]", n.GetId())
+		return rpcstatus.New(codes.InvalidArgument, ReasonNodeID, "node id %q: want [a-z0-9-]", n.GetId())
 	case n.GetRole() == "":
-		return rpcstatus.New(codes.InvalidArgument, "role", "node %s: role missing", n.GetId())
+		return rpcstatus.New(codes.InvalidArgument, ReasonRole, "node %s: role missing", n.GetId())
 	case n.GetRegion() == "":
-		return rpcstatus.New(codes.InvalidArgument, "region", "node %s: region missing", n.GetId())
+		return rpcstatus.New(codes.InvalidArgument, ReasonRegion, "node %s: region missing", n.GetId())
 	case n.GetAddr() == "":
-		return rpcstatus.New(codes.InvalidArgument, "addr", "node %s: addr missing", n.GetId())
+		return rpcstatus.New(codes.InvalidArgument, ReasonAddr, "node %s: addr missing", n.GetId())
 	case node.Unspecified(n.GetAddr()) || (n.GetHttpAddr() != "" && node.Unspecified(n.GetHttpAddr())):
 		// Handing 0.0.0.0 or [::] to clients and peers would send them to
 		// themselves: the node must advertise a reachable address.
-		return rpcstatus.New(codes.InvalidArgument, "addr", "node %s: addr %s / http %s is unspecified: the node must advertise a reachable address (-advertise)", n.GetId(), n.GetAddr(), n.GetHttpAddr())
+		return rpcstatus.New(codes.InvalidArgument, ReasonAddr, "node %s: addr %s / http %s is unspecified: the node must advertise a reachable address (-advertise)", n.GetId(), n.GetAddr(), n.GetHttpAddr())
 	}
 	return nil
 }
@@ -193,7 +187,7 @@ func (s *Server) Register(ctx context.Context, req *willowv1.RegisterRequest) (*
 		return nil
 	})
 	if err != nil {
-		return nil, rpcstatus.New(codes.Unavailable, "redis", "register %s: %v", info.GetId(), err)
+		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "register %s: %v", info.GetId(), err)
 	}
 	s.log.Info("node registered", "id", info.GetId(), "role", info.GetRole(), "region", info.GetRegion(), "addr", info.GetAddr())
 	return &willowv1.RegisterResponse{
@@ -243,7 +237,7 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	if ok {
 		// Keep the index in step even if a loader pruned it in a race.
 		if err := s.rdb.SAdd(ctx, s.key("nodes"), info.GetId()).Err(); err != nil {
-			return nil, rpcstatus.New(codes.Unavailable, "redis", "heartbeat %s: %v", info.GetId(), err)
+			return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "heartbeat %s: %v", info.GetId(), err)
 		}
 	}
 	resp.Drills = s.drillsFor(info.GetId(), info.GetAddr(), now)
@@ -412,7 +406,7 @@ func (s *Server) ListNodes(ctx context.Context, req *willowv1.ListNodesRequest) 
 	if err != nil {
 		s.log.Warn("list nodes: using cache", "err", err)
 		if v, err = s.cached(ctx); err != nil {
-			return nil, rpcstatus.New(codes.Unavailable, "redis", "list nodes: %v", err)
+			return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "list nodes: %v", err)
 		}
 	}
 	v = s.withSeen(v)

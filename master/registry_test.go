@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"willow/auth"
 	"willow/internal/testenv"
 	"willow/master"
 	"willow/node"
@@ -454,12 +455,12 @@ func TestDrills(t *testing.T) {
 
 	_, err := m.client.SetDrill(ctx, &willowv1.SetDrillRequest{Token: "wrong", ForMs: 1000,
 		Drill: &willowv1.Drill{NodeAddr: nd.node.Addr(), Kind: "errors", ErrorRatio: 1}})
-	if status.Code(err) != codes.Unauthenticated || rpcstatus.Reason(err) != "bad_credentials" {
+	if status.Code(err) != codes.Unauthenticated || rpcstatus.Reason(err) != auth.ReasonBadCredentials {
 		t.Fatalf("drill with a wrong token: %v, want UNAUTHENTICATED bad_credentials", err)
 	}
 	_, err = m.client.SetDrill(ctx, &willowv1.SetDrillRequest{ForMs: 1000,
 		Drill: &willowv1.Drill{NodeAddr: nd.node.Addr(), Kind: "errors", ErrorRatio: 1}})
-	if status.Code(err) != codes.Unauthenticated || rpcstatus.Reason(err) != "no_credentials" {
+	if status.Code(err) != codes.Unauthenticated || rpcstatus.Reason(err) != auth.ReasonNoCredentials {
 		t.Fatalf("drill without token: %v, want UNAUTHENTICATED no_credentials (the same check as flex)", err)
 	}
 	for _, bad := range []*willowv1.SetDrillRequest{

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 	"willow/rpcstatus"
 )
 
@@ -40,7 +41,7 @@ func route(entries []*entry, now time.Time, missedAfter time.Duration, role, reg
 		byRegion[e.info.GetRegion()] = append(byRegion[e.info.GetRegion()], e)
 	}
 	if len(byRegion) == 0 {
-		return nil, rpcstatus.New(codes.Unavailable, "no_healthy_nodes", "no healthy %s node in any region", role)
+		return nil, rpcstatus.New(codes.Unavailable, ReasonNoHealthyNodes, "no healthy %s node in any region", role)
 	}
 	// Regions other than the caller's, best first: most healthy nodes,
 	// then name.
@@ -105,11 +106,11 @@ func endpoints(es []*entry) []*willowv1.Endpoint {
 // UNAVAILABLE (no_healthy_nodes) when no node of the role is healthy.
 func (s *Server) Route(ctx context.Context, req *willowv1.RouteRequest) (*willowv1.RouteResponse, error) {
 	if req.GetRole() == "" {
-		return nil, rpcstatus.New(codes.InvalidArgument, "role", "route: role missing")
+		return nil, rpcstatus.New(codes.InvalidArgument, ReasonRole, "route: role missing")
 	}
 	v, err := s.cached(ctx)
 	if err != nil {
-		return nil, rpcstatus.New(codes.Unavailable, "redis", "route: %v", err)
+		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "route: %v", err)
 	}
 	resp, err := route(v.entries, s.now(), s.cfg.MissedAfter, req.GetRole(), req.GetRegion())
 	s.met.route(req.GetRole(), err)

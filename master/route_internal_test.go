@@ -96,7 +96,7 @@ func TestRouteNeverSameRegionTwice(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, err := route(tt.entries, t0, 3*time.Second, "upload", tt.region)
 			if tt.wantNoRoutes {
-				if rpcstatus.Reason(err) != "no_healthy_nodes" {
+				if rpcstatus.Reason(err) != ReasonNoHealthyNodes {
 					t.Fatalf("err = %v, want no_healthy_nodes", err)
 				}
 				return

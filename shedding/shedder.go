@@ -43,13 +43,6 @@ const (
 	RetryAfterShedRatio = 10 * time.Second
 )
 
-// Rejection reasons carried by RESOURCE_EXHAUSTED errors (rpcstatus.Reason).
-const (
-	ReasonShedRatio   = "shed_ratio"
-	ReasonOverload    = "overload"
-	ReasonRetryBudget = "retry_budget"
-)
-
 // DefaultPriorities is the business priority table used when
 // Config.Priorities is nil (1 = highest): flex's business table.
 func DefaultPriorities() map[string]int { return flex.Priorities() }

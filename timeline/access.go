@@ -18,19 +18,6 @@ import (
 // DefaultURLTTL is how long the download URLs Poll returns are valid.
 const DefaultURLTTL = time.Hour
 
-// Reason codes of refused posts.
-const (
-	// ReasonNotMediaOwner: a post names media another user uploaded
-	// (PERMISSION_DENIED).
-	ReasonNotMediaOwner = "not_media_owner"
-	// ReasonUnknownMedia: a post names media that does not exist
-	// (INVALID_ARGUMENT).
-	ReasonUnknownMedia = "unknown_media"
-	// ReasonMediaLookup: the upload fronts could not say who owns a media
-	// item (UNAVAILABLE; retry).
-	ReasonMediaLookup = "media_lookup"
-)
-
 // MediaLookup returns what is known of a media item; the timeline checks
 // its owner on Publish and its kind picks the variants Poll signs. Errors
 // are gRPC statuses (NOT_FOUND for an unknown item).

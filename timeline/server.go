@@ -251,15 +251,15 @@ func status(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrBadRequest):
-		return rpcstatus.New(codes.InvalidArgument, "bad_request", "%v", err)
+		return rpcstatus.New(codes.InvalidArgument, rpcstatus.ReasonBadRequest, "%v", err)
 	case errors.Is(err, ErrBadCursor):
-		return rpcstatus.New(codes.InvalidArgument, "bad_cursor", "%v", err)
+		return rpcstatus.New(codes.InvalidArgument, ReasonBadCursor, "%v", err)
 	case errors.Is(err, context.DeadlineExceeded):
-		return rpcstatus.New(codes.DeadlineExceeded, "deadline", "%v", err)
+		return rpcstatus.New(codes.DeadlineExceeded, rpcstatus.ReasonDeadline, "%v", err)
 	case errors.Is(err, context.Canceled):
-		return rpcstatus.New(codes.Canceled, "canceled", "%v", err)
+		return rpcstatus.New(codes.Canceled, rpcstatus.ReasonCanceled, "%v", err)
 	}
-	return rpcstatus.New(codes.Unavailable, "redis", "%v", err)
+	return rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "%v", err)
 }
 
 // Follow makes req.Follower follow req.Author. Idempotent.

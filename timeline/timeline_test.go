@@ -19,6 +19,7 @@ import (
 	"willow/internal/testenv"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+	"willow/redisconn"
 	"willow/rpcstatus"
 	"willow/shedding"
 	"willow/timeline"
@@ -284,35 +285,35 @@ func TestBadInput(t *testing.T) {
 			{"follow empty follower", func() error {
 				_, err := v.c.Follow(ctx, &willowv1.FollowRequest{Author: "a"})
 				return err
-			}, "bad_request"},
+			}, rpcstatus.ReasonBadRequest},
 			{"follow self", func() error {
 				_, err := v.c.Follow(ctx, &willowv1.FollowRequest{Follower: "a", Author: "a"})
 				return err
-			}, "bad_request"},
+			}, rpcstatus.ReasonBadRequest},
 			{"unfollow empty author", func() error {
 				_, err := v.c.Unfollow(ctx, &willowv1.FollowRequest{Follower: "a"})
 				return err
-			}, "bad_request"},
+			}, rpcstatus.ReasonBadRequest},
 			{"publish empty post", func() error {
 				_, err := v.c.Publish(ctx, &willowv1.PublishRequest{Author: "a"})
 				return err
-			}, "bad_request"},
+			}, rpcstatus.ReasonBadRequest},
 			{"publish space in author", func() error {
 				_, err := v.c.Publish(ctx, &willowv1.PublishRequest{Author: "a b", PostId: "p"})
 				return err
-			}, "bad_request"},
+			}, rpcstatus.ReasonBadRequest},
 			{"publish empty media id", func() error {
 				_, err := v.c.Publish(ctx, &willowv1.PublishRequest{Author: "a", PostId: "p", MediaIds: []string{""}})
 				return err
-			}, "bad_request"},
+			}, rpcstatus.ReasonBadRequest},
 			{"poll empty user", func() error {
 				_, err := v.c.Poll(ctx, &willowv1.PollRequest{})
 				return err
-			}, "bad_request"},
+			}, rpcstatus.ReasonBadRequest},
 			{"poll bad cursor", func() error {
 				_, err := v.c.Poll(ctx, &willowv1.PollRequest{User: "a", Cursor: "x"})
 				return err
-			}, "bad_cursor"},
+			}, timeline.ReasonBadCursor},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -652,7 +653,7 @@ func TestRedisDown(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		_, err := v.c.Publish(ctx, &willowv1.PublishRequest{Author: "a", PostId: "p"})
-		if status.Code(err) != codes.Unavailable || rpcstatus.Reason(err) != "redis" {
+		if status.Code(err) != codes.Unavailable || rpcstatus.Reason(err) != redisconn.ReasonRedis {
 			t.Errorf("publish with redis down: %v, want UNAVAILABLE redis", err)
 		}
 		if g := v.s.Gauges(); len(g) != 2 {

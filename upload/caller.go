@@ -4,11 +4,8 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"willow/auth"
 	willowv1 "willow/proto/willow/v1"
-	"willow/rpcstatus"
 )
 
 // Who may do what on the upload front (see Methods for the classes):
@@ -41,20 +38,20 @@ func (s *Server) beginUser(ctx context.Context, user, business, tok string) (str
 			return "", err
 		}
 		if c.Class == auth.Client && business != c.Business {
-			return "", rpcstatus.New(codes.PermissionDenied, auth.ReasonOtherUser,
+			return "", fail(auth.ReasonOtherUser,
 				"this upload token is for business %q, not %q", c.Business, business)
 		}
 		return u, nil
 	}
 	if user == "" {
-		return "", invalid("bad_user", "user is required")
+		return "", fail(ReasonBadUser, "user is required")
 	}
 	claims, err := s.verifyToken(tok)
 	if err != nil {
 		return "", err
 	}
 	if claims.User != user || claims.Business != business {
-		return "", rpcstatus.New(codes.Unauthenticated, "token_invalid", "upload token is for another user or business")
+		return "", fail(ReasonTokenInvalid, "upload token is for another user or business")
 	}
 	return user, nil
 }

@@ -4,12 +4,10 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 
 	"willow/auth"
 	willowv1 "willow/proto/willow/v1"
-	"willow/rpcstatus"
 )
 
 // Defaults of the limits on what one caller can hold (Config).
@@ -29,27 +27,10 @@ const (
 	MaxContentTypeLen = 127
 )
 
-// Reason codes of the caller limits.
-const (
-	// ReasonIdleTimeout: a Chunks stream sent nothing for
-	// Config.ChunkIdleTimeout (DEADLINE_EXCEEDED).
-	ReasonIdleTimeout = "idle_timeout"
-	// ReasonTooManyStreams: the connection or user already has its
-	// Config.MaxStreamsPer* Chunks streams open (RESOURCE_EXHAUSTED).
-	ReasonTooManyStreams = "too_many_streams"
-	// ReasonTooManyUploads: the connection or user already has its
-	// Config.MaxStagedPer* uploads begun and not committed
-	// (RESOURCE_EXHAUSTED).
-	ReasonTooManyUploads = "too_many_uploads"
-	// ReasonFieldTooLong: a string field is over its length limit
-	// (INVALID_ARGUMENT).
-	ReasonFieldTooLong = "field_too_long"
-)
-
 // checkLen refuses a string field over max bytes.
 func checkLen(field, v string, max int) error {
 	if len(v) > max {
-		return invalid(ReasonFieldTooLong, "%s is %d bytes, over the limit of %d", field, len(v), max)
+		return fail(ReasonFieldTooLong, "%s is %d bytes, over the limit of %d", field, len(v), max)
 	}
 	return nil
 }
@@ -91,7 +72,7 @@ func (h *holdings) acquireStream(holder string, max int, what string) (func(), e
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.streams[holder] >= max {
-		return nil, rpcstatus.New(codes.ResourceExhausted, ReasonTooManyStreams, "%s already has %d Chunks streams open", what, max)
+		return nil, fail(ReasonTooManyStreams, "%s already has %d Chunks streams open", what, max)
 	}
 	h.streams[holder]++
 	return func() {
@@ -121,7 +102,7 @@ func (h *holdings) addStaged(key, conn, user string, maxConn, maxUser int) error
 	}
 	for _, l := range lims {
 		if len(h.staged[l.holder]) >= l.max {
-			return rpcstatus.New(codes.ResourceExhausted, ReasonTooManyUploads,
+			return fail(ReasonTooManyUploads,
 				"%s already has %d uploads begun and not committed: commit or let them expire", l.what, l.max)
 		}
 	}
@@ -199,7 +180,7 @@ func (cs *chunkStream) Recv() (*willowv1.Chunk, error) {
 	select {
 	case r = <-ch:
 	case <-t.C:
-		return nil, rpcstatus.New(codes.DeadlineExceeded, ReasonIdleTimeout, "Chunks stream sent nothing for %s", cs.idle)
+		return nil, fail(ReasonIdleTimeout, "Chunks stream sent nothing for %s", cs.idle)
 	}
 	if r.err != nil {
 		return nil, r.err

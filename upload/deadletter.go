@@ -14,18 +14,6 @@ import (
 	"willow/rpcstatus"
 )
 
-// Reason codes of the dead-letter state and of RetryMedia.
-const (
-	// ReasonNotFailed: RetryMedia of a media item that is not failed.
-	ReasonNotFailed = "not_failed"
-	// ReasonWrongFront: RetryMedia of a pool-2 item on another front than
-	// the one holding its bytes.
-	ReasonWrongFront = "wrong_front"
-	// ReasonCompressRefused is the failure reason when compress refused a
-	// job without a reason code of its own.
-	ReasonCompressRefused = "compress_refused"
-)
-
 // permanent reports whether a compress error means the bytes can never be
 // made into variants: compress answered INVALID_ARGUMENT (undecodable,
 // unsupported, over a limit). Everything else — overload, an outage, a
@@ -80,7 +68,7 @@ func (s *Server) failedRecord(ctx context.Context, key string) (Record, bool) {
 func (s *Server) RetryMedia(ctx context.Context, req *willowv1.RetryMediaRequest) (*willowv1.Media, error) {
 	id, err := media.Parse(req.GetMediaId())
 	if err != nil {
-		return nil, invalid("bad_media_id", "%v", err)
+		return nil, fail(ReasonBadMediaID, "%v", err)
 	}
 	unlock := s.lock(id.Key)
 	defer unlock()
@@ -89,12 +77,12 @@ func (s *Server) RetryMedia(ctx context.Context, req *willowv1.RetryMediaRequest
 		return nil, err
 	}
 	if rec.State != StateFailed {
-		return nil, rpcstatus.New(codes.FailedPrecondition, ReasonNotFailed, "media %s is %s, not failed", id, rec.State)
+		return nil, fail(ReasonNotFailed, "media %s is %s, not failed", id, rec.State)
 	}
 	inPool2 := false
 	if rec.Location == LocationPool2 {
 		if id.Node != s.nodeID {
-			return nil, rpcstatus.New(codes.FailedPrecondition, ReasonWrongFront, "media %s is in pool 2 of %s; retry it there", id, id.Node)
+			return nil, fail(ReasonWrongFront, "media %s is in pool 2 of %s; retry it there", id, id.Node)
 		}
 		if p := s.pools[2]; p != nil {
 			_, perr := p.Stat(media.RawKey(id.Key))
@@ -115,7 +103,7 @@ func (s *Server) RetryMedia(ctx context.Context, req *willowv1.RetryMediaRequest
 		err = writeRecord(sctx, s.st, rec)
 	}
 	if err != nil {
-		return nil, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
+		return nil, fail(ReasonStoreUnavailable, "store: %v", err)
 	}
 	if err := s.journal.Add(ctx, job{Key: id.Key, MediaID: rec.ID, Business: rec.Business, NextAt: s.now().UnixMilli()}); err != nil {
 		return nil, errInternal(err)

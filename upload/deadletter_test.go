@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"willow/compress"
 	"willow/limits"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -108,16 +109,16 @@ func TestPermanentFailuresEndFailed(t *testing.T) {
 		refuse string        // refused before the acknowledgement with this reason
 		reason string        // else: ends failed with this reason
 	}{
-		{"45 MP photo, one shared limit", willowv1.Kind_KIND_IMAGE, image45, limits.Limits{}, "pixel_bomb", ""},
-		{"45 MP photo, front configured apart (50 MP)", willowv1.Kind_KIND_IMAGE, image45, limits.Limits{MaxPixels: 50_000_000}, "", "pixel_bomb"},
-		{"corrupt after the header", willowv1.Kind_KIND_IMAGE, corrupt, limits.Limits{}, "", "corrupt_media"},
-		{"truncated JPEG", willowv1.Kind_KIND_IMAGE, readFile(t, "../../shared/testdata/bad/truncated.jpg"), limits.Limits{}, "", "corrupt_media"},
-		{"text named .jpg", willowv1.Kind_KIND_IMAGE, []byte("<html>not a photo</html>\n"), limits.Limits{}, "", "unsupported_media"},
-		{"GIF", willowv1.Kind_KIND_IMAGE, gb.Bytes(), limits.Limits{}, "", "unsupported_media"},
-		{"WebP", willowv1.Kind_KIND_IMAGE, webp, limits.Limits{}, "", "unsupported_media"},
-		{"random bytes as .mp4", willowv1.Kind_KIND_VIDEO, random, limits.Limits{}, "", "corrupt_media"},
-		{"audio-only .mp4", willowv1.Kind_KIND_VIDEO, readFile(t, "testdata/audio-only.mp4"), limits.Limits{}, "", "corrupt_media"},
-		{"10-minute video for moments", willowv1.Kind_KIND_VIDEO, readFile(t, "testdata/black-600s.mp4"), limits.Limits{}, upload.ReasonTooLong, ""},
+		{"45 MP photo, one shared limit", willowv1.Kind_KIND_IMAGE, image45, limits.Limits{}, limits.ReasonPixelBomb, ""},
+		{"45 MP photo, front configured apart (50 MP)", willowv1.Kind_KIND_IMAGE, image45, limits.Limits{MaxPixels: 50_000_000}, "", limits.ReasonPixelBomb},
+		{"corrupt after the header", willowv1.Kind_KIND_IMAGE, corrupt, limits.Limits{}, "", compress.ReasonCorruptMedia},
+		{"truncated JPEG", willowv1.Kind_KIND_IMAGE, readFile(t, "../../shared/testdata/bad/truncated.jpg"), limits.Limits{}, "", compress.ReasonCorruptMedia},
+		{"text named .jpg", willowv1.Kind_KIND_IMAGE, []byte("<html>not a photo</html>\n"), limits.Limits{}, "", compress.ReasonUnsupportedMedia},
+		{"GIF", willowv1.Kind_KIND_IMAGE, gb.Bytes(), limits.Limits{}, "", compress.ReasonUnsupportedMedia},
+		{"WebP", willowv1.Kind_KIND_IMAGE, webp, limits.Limits{}, "", compress.ReasonUnsupportedMedia},
+		{"random bytes as .mp4", willowv1.Kind_KIND_VIDEO, random, limits.Limits{}, "", compress.ReasonCorruptMedia},
+		{"audio-only .mp4", willowv1.Kind_KIND_VIDEO, readFile(t, "testdata/audio-only.mp4"), limits.Limits{}, "", compress.ReasonCorruptMedia},
+		{"10-minute video for moments", willowv1.Kind_KIND_VIDEO, readFile(t, "testdata/black-600s.mp4"), limits.Limits{}, limits.ReasonTooLong, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,9 +173,9 @@ func TestPermanentFailuresEndFailed(t *testing.T) {
 func TestRetryMedia(t *testing.T) {
 	f := newFront(t, frontOpts{})
 	ctx := ctxT(t)
-	f.compress.setFail(rpcstatus.New(codes.InvalidArgument, "corrupt_media", "test: corrupt"))
+	f.compress.setFail(rpcstatus.New(codes.InvalidArgument, compress.ReasonCorruptMedia, "test: corrupt"))
 	cr := f.mustUpload(ctx, "r-1", "u1", photo(t))
-	if cr.GetState() != upload.StateFailed || cr.GetReason() != "corrupt_media" {
+	if cr.GetState() != upload.StateFailed || cr.GetReason() != compress.ReasonCorruptMedia {
 		t.Fatalf("commit: state %q reason %q", cr.GetState(), cr.GetReason())
 	}
 	calls := f.compress.calls.Load()

@@ -264,15 +264,15 @@ func TestLongStrings(t *testing.T) {
 	}{
 		{"filename", func(r *willowv1.BeginRequest) { r.Filename = long }, upload.ReasonFieldTooLong},
 		{"content type", func(r *willowv1.BeginRequest) { r.ContentType = long }, upload.ReasonFieldTooLong},
-		{"upload id", func(r *willowv1.BeginRequest) { r.UploadId = long }, "bad_upload_id"},
-		{"user", func(r *willowv1.BeginRequest) { r.User = long; r.Token = tok(t, long, "moments") }, "bad_user"},
-		{"token", func(r *willowv1.BeginRequest) { r.Token = long }, "token_invalid"},
+		{"upload id", func(r *willowv1.BeginRequest) { r.UploadId = long }, upload.ReasonBadUploadID},
+		{"user", func(r *willowv1.BeginRequest) { r.User = long; r.Token = tok(t, long, "moments") }, upload.ReasonBadUser},
+		{"token", func(r *willowv1.BeginRequest) { r.Token = long }, upload.ReasonTokenInvalid},
 	} {
 		t.Run("begin "+c.name, func(t *testing.T) {
 			r := beginReq(t, "long", "alice", willowv1.Kind_KIND_IMAGE, data, "image/jpeg")
 			c.mod(r)
 			_, err := f.client.Begin(ctx, r)
-			if c.reason == "token_invalid" {
+			if c.reason == upload.ReasonTokenInvalid {
 				wantReason(t, err, codes.Unauthenticated, c.reason)
 				return
 			}

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"willow/rpcstatus"
 )
 
@@ -26,13 +24,6 @@ import (
 // take). A Begin of a new upload that would pass Config.StagingBudgetBytes
 // answers RESOURCE_EXHAUSTED staging_full with a retry-after, instead of
 // filling the disk; resuming a staged upload is never refused.
-
-// Reasons of staging expiry and the budget.
-const (
-	// ReasonStagingFull: Begin of a new upload would pass the front's
-	// staging byte budget; retry after the hint (RESOURCE_EXHAUSTED).
-	ReasonStagingFull = "staging_full"
-)
 
 // Defaults of the staging budget and GC.
 const (
@@ -78,7 +69,7 @@ func (s *Server) expiredErr(key, uploadID string) error {
 	if _, err := os.Stat(p); err != nil {
 		return nil
 	}
-	return rpcstatus.New(codes.NotFound, ReasonUploadExpired, "upload %q expired: not committed within %s; begin it again", uploadID, s.cfg.StagingTTL)
+	return fail(ReasonUploadExpired, "upload %q expired: not committed within %s; begin it again", uploadID, s.cfg.StagingTTL)
 }
 
 // isExpired reports whether a staged, uncommitted upload is past its TTL.

@@ -6,13 +6,11 @@ import (
 	"io"
 	"regexp"
 
-	"google.golang.org/grpc/codes"
-
 	"willow/auth"
+	"willow/limits"
 	"willow/media"
 	"willow/mediaheader"
 	willowv1 "willow/proto/willow/v1"
-	"willow/rpcstatus"
 )
 
 var uploadIDRe = regexp.MustCompile(`^[A-Za-z0-9._:\-]{1,128}$`)
@@ -39,7 +37,7 @@ func (s *Server) Begin(ctx context.Context, req *willowv1.BeginRequest) (*willow
 // ID when the chunk names its user, else by upload ID alone among the
 // uploads not yet committed.
 func (s *Server) resolve(uploadID, user string) (*staged, error) {
-	notBegun := rpcstatus.New(codes.NotFound, "unknown_upload", "upload %q not begun on this front", uploadID)
+	notBegun := fail(ReasonUnknownUpload, "upload %q not begun on this front", uploadID)
 	if user != "" {
 		key := media.KeyFor(user, uploadID)
 		st, err := s.staged(key)
@@ -74,7 +72,7 @@ func (s *Server) resolve(uploadID, user string) (*staged, error) {
 		case st.Committed() != nil:
 			committed = st
 		case found != nil:
-			return nil, invalid("ambiguous_upload_id", "upload ID %q is in use by several users: set Chunk.user", uploadID)
+			return nil, fail(ReasonAmbiguousUploadID, "upload ID %q is in use by several users: set Chunk.user", uploadID)
 		default:
 			found = st
 		}
@@ -97,15 +95,15 @@ func (s *Server) resolve(uploadID, user string) (*staged, error) {
 func chunkErr(err error) error {
 	switch {
 	case errors.Is(err, errCommitted):
-		return rpcstatus.New(codes.FailedPrecondition, "already_committed", "%v", err)
+		return fail(ReasonAlreadyCommitted, "%v", err)
 	case errors.Is(err, errGap):
-		return invalid("chunk_out_of_order", "%v", err)
+		return fail(ReasonChunkOutOfOrder, "%v", err)
 	case errors.Is(err, errRange):
-		return invalid("chunk_out_of_range", "%v", err)
+		return fail(ReasonChunkOutOfRange, "%v", err)
 	case errors.Is(err, errMismatch):
-		return invalid("chunk_mismatch", "%v", err)
+		return fail(ReasonChunkMismatch, "%v", err)
 	case errors.Is(err, errTooBig):
-		return invalid("chunk_too_large", "%v", err)
+		return fail(ReasonChunkTooLarge, "%v", err)
 	}
 	return errInternal(err)
 }
@@ -191,13 +189,13 @@ func (s *Server) Status(ctx context.Context, req *willowv1.StatusRequest) (*will
 	}
 	rec, ok, err := s.findCommitted(ctx, key)
 	if err != nil {
-		return nil, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
+		return nil, fail(ReasonStoreUnavailable, "store: %v", err)
 	}
 	if !ok {
 		if eerr := s.expiredErr(key, req.GetUploadId()); eerr != nil {
 			return nil, eerr
 		}
-		return nil, rpcstatus.New(codes.NotFound, "unknown_upload", "no upload %q for this user", req.GetUploadId())
+		return nil, fail(ReasonUnknownUpload, "no upload %q for this user", req.GetUploadId())
 	}
 	return &willowv1.StatusResponse{Offset: rec.Size, Size: rec.Size, Committed: true, MediaId: rec.ID, State: "committed"}, nil
 }
@@ -208,7 +206,7 @@ func (s *Server) Status(ctx context.Context, req *willowv1.StatusRequest) (*will
 func checkPixels(r io.ReaderAt, size, max int64) error {
 	_, w, h, err := mediaheader.Check(io.NewSectionReader(r, 0, size), max)
 	if errors.Is(err, mediaheader.ErrPixelBomb) {
-		return invalid("pixel_bomb", "image header claims %dx%d, over %d pixels", w, h, max)
+		return fail(limits.ReasonPixelBomb, "image header claims %dx%d, over %d pixels", w, h, max)
 	}
 	// Anything else (a header not complete yet, a format the header reader
 	// does not know, a corrupt file) is the compress worker's to judge.

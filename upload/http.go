@@ -22,8 +22,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"willow/auth"
+	"willow/limits"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 	"willow/token"
 )
 
@@ -276,7 +278,7 @@ func (h *HTTP) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Tus-Resumable", tusVersion)
 	}
 	if !strings.HasPrefix(r.URL.Path, h.cfg.BasePath) && r.URL.Path+"/" != h.cfg.BasePath {
-		h.fail(w, p, rpcstatus.New(codes.NotFound, "not_found", "no such path; uploads live under %s", h.cfg.BasePath))
+		h.fail(w, p, fail(rpcstatus.ReasonNotFound, "no such path; uploads live under %s", h.cfg.BasePath))
 		return
 	}
 	id := strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, h.cfg.BasePath[:len(h.cfg.BasePath)-1]), "/")
@@ -286,7 +288,7 @@ func (h *HTTP) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case p.ietf && !supportedInterop(p.interop):
-		h.fail(w, p, invalid("unsupported_interop_version", "Upload-Draft-Interop-Version %q is not supported; use %d to %d",
+		h.fail(w, p, fail(ReasonUnsupportedInterop, "Upload-Draft-Interop-Version %q is not supported; use %d to %d",
 			r.Header.Get("Upload-Draft-Interop-Version"), IETFInteropURLSession, IETFInteropVersion))
 		return
 	case !p.ietf && r.Header.Get("Tus-Resumable") != tusVersion:
@@ -431,7 +433,7 @@ func (h *HTTP) claims(r *http.Request, route string) (token.Claims, string, erro
 	a := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(a, "Bearer ")
 	if !ok || strings.TrimSpace(tok) == "" {
-		return token.Claims{}, "", rpcstatus.New(codes.Unauthenticated, "token_missing", "send the upload token as Authorization: Bearer TOKEN")
+		return token.Claims{}, "", fail(ReasonTokenMissing, "send the upload token as Authorization: Bearer TOKEN")
 	}
 	tok = strings.TrimSpace(tok)
 	c, err := h.s.verifyToken(tok)
@@ -503,7 +505,7 @@ func (h *HTTP) takeover(w http.ResponseWriter, key string) (release func(), err 
 		select {
 		case <-prev.done:
 		case <-deadline.C:
-			return nil, rpcstatus.New(codes.Unavailable, "upload_busy", "another request is still writing upload %s", key)
+			return nil, fail(ReasonUploadBusy, "another request is still writing upload %s", key)
 		}
 	}
 }
@@ -532,7 +534,7 @@ func (h *HTTP) receive(r *http.Request, st *staged, off int64, me *inflight, pro
 		if n > 0 {
 			h.m.body.Add(float64(n))
 			if off+int64(n) > size {
-				err = rpcstatus.New(codes.InvalidArgument, "chunk_out_of_range", "the body runs past the upload's length of %d bytes", size)
+				err = fail(ReasonChunkOutOfRange, "the body runs past the upload's length of %d bytes", size)
 				break
 			}
 			if err = h.s.writeSession(st, off, buf[:n]); err != nil {
@@ -628,13 +630,13 @@ func httpStatus(err error) (code int, reason, msg string, retryAfter time.Durati
 	switch st.Code() {
 	case codes.InvalidArgument:
 		switch reason {
-		case "too_large", "chunk_out_of_range":
+		case limits.ReasonTooLarge, ReasonChunkOutOfRange:
 			return http.StatusRequestEntityTooLarge, reason, msg, 0
-		case "chunk_out_of_order", "chunk_mismatch", "upload_conflict":
+		case ReasonChunkOutOfOrder, ReasonChunkMismatch, ReasonUploadConflict:
 			return http.StatusConflict, reason, msg, 0
-		case "sha256_mismatch", "checksum_mismatch":
+		case ReasonSHA256Mismatch, ReasonChecksumMismatch:
 			return 460, reason, msg, 0 // tus: checksum mismatch
-		case "unsupported_format":
+		case ReasonUnsupportedFormat:
 			return http.StatusUnsupportedMediaType, reason, msg, 0
 		}
 		return http.StatusBadRequest, reason, msg, 0
@@ -653,7 +655,7 @@ func httpStatus(err error) (code int, reason, msg string, retryAfter time.Durati
 		if retryAfter <= 0 {
 			retryAfter = time.Second
 		}
-		if reason == "shed_ratio" {
+		if reason == shedding.ReasonShedRatio {
 			return http.StatusTooManyRequests, reason, msg, retryAfter
 		}
 		return http.StatusServiceUnavailable, reason, msg, retryAfter

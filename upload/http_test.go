@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"willow/shedding"
 	"willow/upload"
 )
 
@@ -170,12 +171,12 @@ func TestTusShedAndExpiry(t *testing.T) {
 	h := httpFront(t, f, upload.HTTPConfig{})
 	auth := "Bearer " + tok(t, "u1", "moments")
 	create := map[string]string{"Tus-Resumable": "1.0.0", "Authorization": auth, "Upload-Length": "1000", "Upload-Metadata": md("upload_id", "sh-1")}
-	f.shed("shed_ratio")
+	f.shed(shedding.ReasonShedRatio)
 	resp := do(t, "POST", h.URL(), create, nil)
-	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(bodyOf(resp), "shed_ratio") {
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(bodyOf(resp), shedding.ReasonShedRatio) {
 		t.Fatalf("shed: %d %v", resp.StatusCode, resp.Header)
 	}
-	f.shed("overload")
+	f.shed(shedding.ReasonOverload)
 	if resp = do(t, "POST", h.URL(), create, nil); resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("overload without pool 1: %d %v", resp.StatusCode, resp.Header)
 	}

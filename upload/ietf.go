@@ -48,7 +48,7 @@ func writeProblem(w http.ResponseWriter, code int, typ, title string, extra map[
 func (h *HTTP) ietfCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 	complete, ok := parseSFBool(r.Header.Get("Upload-Complete"))
 	if !ok {
-		h.fail(w, p, invalid("bad_upload_complete", "an upload creation needs Upload-Complete: ?0 or ?1"))
+		h.fail(w, p, fail(ReasonBadUploadComplete, "an upload creation needs Upload-Complete: ?0 or ?1"))
 		return
 	}
 	size, haveLen := parseSFInt(r.Header.Get("Upload-Length"))
@@ -61,7 +61,7 @@ func (h *HTTP) ietfCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 		size, haveLen = r.ContentLength, true
 	}
 	if !haveLen {
-		h.fail(w, p, invalid("length_required", "send Upload-Length (or Content-Length with Upload-Complete: ?1)"))
+		h.fail(w, p, fail(ReasonLengthRequired, "send Upload-Length (or Content-Length with Upload-Complete: ?1)"))
 		return
 	}
 	c, tok, err := h.claims(r, RouteCreate)
@@ -112,12 +112,12 @@ func (h *HTTP) ietfAppend(w http.ResponseWriter, r *http.Request, p protocol, ke
 	}
 	off, ok := parseSFInt(r.Header.Get("Upload-Offset"))
 	if !ok {
-		h.fail(w, p, invalid("bad_offset", "an upload append needs Upload-Offset"))
+		h.fail(w, p, fail(ReasonBadOffset, "an upload append needs Upload-Offset"))
 		return
 	}
 	complete, ok := parseSFBool(r.Header.Get("Upload-Complete"))
 	if !ok {
-		h.fail(w, p, invalid("bad_upload_complete", "an upload append needs Upload-Complete: ?0 or ?1"))
+		h.fail(w, p, fail(ReasonBadUploadComplete, "an upload append needs Upload-Complete: ?0 or ?1"))
 		return
 	}
 	c, _, err := h.claims(r, RoutePatch)

@@ -5,16 +5,13 @@ import (
 	"io"
 	"time"
 
+	"willow/limits"
 	"willow/mediaheader"
 )
 
-// ReasonTooLong: a video over its business's duration limit
-// (limits.Limits.VideoDuration), refused before the acknowledgement.
-const ReasonTooLong = "too_long"
-
 // checkDuration reads a video's duration from its container header (never
 // a frame) and refuses one over the business's limit with INVALID_ARGUMENT
-// too_long. A container the header reader does not know, or a header it
+// limits.ReasonTooLong. A container the header reader does not know, or a header it
 // cannot parse, is the compress worker's to judge: it checks the same
 // limit with ffprobe and refuses for good.
 func (s *Server) checkDuration(r io.ReaderAt, size int64, business string) error {
@@ -26,7 +23,7 @@ func (s *Server) checkDuration(r io.ReaderAt, size int64, business string) error
 		return nil
 	}
 	if limit := s.cfg.Limits.VideoDuration(business); d > limit {
-		return invalid(ReasonTooLong, "video is %s long, over the %s limit of business %s", d.Round(time.Millisecond), limit, business)
+		return fail(limits.ReasonTooLong, "video is %s long, over the %s limit of business %s", d.Round(time.Millisecond), limit, business)
 	}
 	return nil
 }

@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"io"
 
-	"google.golang.org/grpc/codes"
-
 	"willow/buffer"
 	"willow/flex"
 	"willow/media"
-	"willow/rpcstatus"
 )
 
 // findCommitted looks for a committed record of key: the store, then the
@@ -79,7 +76,7 @@ func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.Rea
 			return LocationPool2, nil
 		}
 	}
-	return "", rpcstatus.New(codes.Unavailable, "store_unavailable", "raw bytes could not be made durable: %v", serr)
+	return "", fail(ReasonStoreUnavailable, "raw bytes could not be made durable: %v", serr)
 }
 
 func (s *Server) toPool2(ctx context.Context, p *buffer.Pool, id media.ID, key string, rec *Record, ra io.ReaderAt, size int64) error {

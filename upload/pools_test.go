@@ -11,6 +11,7 @@ import (
 
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
+	"willow/shedding"
 	"willow/store"
 )
 
@@ -123,7 +124,7 @@ func TestPool1SpillWhenShedAndDrainRate(t *testing.T) {
 	f := newFront(t, frontOpts{pools: true})
 	ctx := ctxT(t)
 	f.knobs(map[string]string{"pool1_drain_per_s": "0"}) // hold the drain
-	f.shed("overload")
+	f.shed(shedding.ReasonOverload)
 	data := photo(t)
 	const n = 6
 	var ids []string
@@ -135,9 +136,9 @@ func TestPool1SpillWhenShedAndDrainRate(t *testing.T) {
 		ids = append(ids, r.GetMediaId())
 	}
 	_, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: ids[0]})
-	wantReason(t, err, codes.NotFound, "processing")
+	wantReason(t, err, codes.NotFound, media.ReasonProcessing)
 	_, err = f.read(ctx, ids[0], "raw")
-	wantReason(t, err, codes.NotFound, "processing")
+	wantReason(t, err, codes.NotFound, media.ReasonProcessing)
 
 	start := time.Now()
 	f.knobs(map[string]string{"pool1_drain_per_s": "4"})
@@ -163,29 +164,29 @@ func TestShedBeginWithoutPool1(t *testing.T) {
 	data := photo(t)
 	t.Run("no pool: overload rejects", func(t *testing.T) {
 		f := newFront(t, frontOpts{})
-		f.shed("overload")
+		f.shed(shedding.ReasonOverload)
 		_, err := f.begin(ctx, "s1", "lu", data)
-		wantReason(t, err, codes.ResourceExhausted, "overload")
+		wantReason(t, err, codes.ResourceExhausted, shedding.ReasonOverload)
 	})
 	t.Run("pool1 off: overload rejects", func(t *testing.T) {
 		f := newFront(t, frontOpts{pools: true})
 		f.knobs(map[string]string{"pool1": "off"})
-		f.shed("overload")
+		f.shed(shedding.ReasonOverload)
 		_, err := f.begin(ctx, "s2", "lu", data)
-		wantReason(t, err, codes.ResourceExhausted, "overload")
+		wantReason(t, err, codes.ResourceExhausted, shedding.ReasonOverload)
 	})
 	t.Run("shed_ratio rejects even with pool1", func(t *testing.T) {
 		f := newFront(t, frontOpts{pools: true})
-		f.shed("shed_ratio")
+		f.shed(shedding.ReasonShedRatio)
 		_, err := f.begin(ctx, "s3", "lu", data)
-		wantReason(t, err, codes.ResourceExhausted, "shed_ratio")
+		wantReason(t, err, codes.ResourceExhausted, shedding.ReasonShedRatio)
 	})
 	t.Run("a begun upload resumes while shedding", func(t *testing.T) {
 		f := newFront(t, frontOpts{})
 		if _, err := f.begin(ctx, "s4", "lu", data); err != nil {
 			t.Fatal(err)
 		}
-		f.shed("overload")
+		f.shed(shedding.ReasonOverload)
 		if _, err := f.upload(ctx, "s4", "lu", data); err != nil {
 			t.Fatalf("resume while shedding: %v", err)
 		}

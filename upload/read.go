@@ -8,8 +8,6 @@ import (
 	"io"
 	"math"
 
-	"google.golang.org/grpc/codes"
-
 	"willow/buffer"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
@@ -21,7 +19,7 @@ import (
 func (s *Server) GetMedia(ctx context.Context, req *willowv1.GetMediaRequest) (*willowv1.Media, error) {
 	id, err := media.Parse(req.GetMediaId())
 	if err != nil {
-		return nil, invalid("bad_media_id", "%v", err)
+		return nil, fail(ReasonBadMediaID, "%v", err)
 	}
 	rec, err := s.lookup(ctx, id)
 	if err != nil {
@@ -42,7 +40,7 @@ func (s *Server) lookup(ctx context.Context, id media.ID) (Record, error) {
 	mine := id.Node == s.nodeID
 	if mine && id.Loc == media.LocPool1 && s.pools[1] != nil {
 		if _, perr := s.pools[1].Stat(media.RawKey(id.Key)); perr == nil {
-			return Record{}, rpcstatus.New(codes.NotFound, "processing", "media %s is buffered and not downloadable yet", id)
+			return Record{}, fail(media.ReasonProcessing, "media %s is buffered and not downloadable yet", id)
 		}
 	}
 	if mine && id.Loc == media.LocPool2 && s.pools[2] != nil {
@@ -58,9 +56,9 @@ func (s *Server) lookup(ctx context.Context, id media.ID) (Record, error) {
 		}
 	}
 	if err != nil {
-		return Record{}, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
+		return Record{}, fail(ReasonStoreUnavailable, "store: %v", err)
 	}
-	return Record{}, rpcstatus.New(codes.NotFound, "not_found", "no media %s", id)
+	return Record{}, fail(rpcstatus.ReasonNotFound, "no media %s", id)
 }
 
 // poolVariants lists the variants of key held in pool 2.
@@ -90,14 +88,14 @@ func (s *Server) ReadPool(req *willowv1.ReadPoolRequest, stream willowv1.Upload_
 	ctx := stream.Context()
 	id, err := media.Parse(req.GetMediaId())
 	if err != nil {
-		return invalid("bad_media_id", "%v", err)
+		return fail(ReasonBadMediaID, "%v", err)
 	}
 	variant := req.GetVariant()
 	if variant == "" {
 		variant = media.VariantRaw
 	}
 	if !media.ValidVariant(variant) {
-		return invalid("bad_variant", "unknown variant %q", variant)
+		return fail(ReasonBadVariant, "unknown variant %q", variant)
 	}
 	objKey := media.VariantKey(id.Key, variant)
 	if variant == media.VariantRaw {
@@ -125,7 +123,7 @@ func (s *Server) ReadPool(req *willowv1.ReadPoolRequest, stream willowv1.Upload_
 	}
 	off, length := req.GetOffset(), req.GetLength()
 	if off < 0 || length < 0 {
-		return invalid("bad_range", "offset %d length %d", off, length)
+		return fail(ReasonBadRange, "offset %d length %d", off, length)
 	}
 	if rc == nil {
 		sctx, cancel := s.storeCtx(ctx)
@@ -148,9 +146,9 @@ func (s *Server) ReadPool(req *willowv1.ReadPoolRequest, stream willowv1.Upload_
 			if _, lerr := s.lookup(ctx, id); lerr != nil {
 				return lerr // not_found or processing
 			}
-			return rpcstatus.New(codes.NotFound, "processing", "variant %s of %s not made yet", variant, id)
+			return fail(media.ReasonProcessing, "variant %s of %s not made yet", variant, id)
 		case err != nil:
-			return rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
+			return fail(ReasonStoreUnavailable, "store: %v", err)
 		}
 		rc, size, ctype, etag = r, info.Size, info.ContentType, info.ETag
 	}

@@ -6,15 +6,7 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"google.golang.org/grpc/codes"
-
-	"willow/rpcstatus"
 )
-
-// ReasonRetiring is the reason of the UNAVAILABLE a retiring front gives a
-// new upload: the client goes to another front.
-const ReasonRetiring = "retiring"
 
 // DefaultRetireTimeout bounds Retire when Config.RetireTimeout is zero.
 const DefaultRetireTimeout = 9 * time.Minute
@@ -74,7 +66,7 @@ func (s *Server) retiringErr() error {
 		return nil
 	}
 	s.m.uploads.WithLabelValues("retiring").Inc()
-	return rpcstatus.New(codes.Unavailable, ReasonRetiring, "upload front %s is retiring: upload elsewhere", s.nodeID)
+	return fail(ReasonRetiring, "upload front %s is retiring: upload elsewhere", s.nodeID)
 }
 
 // Retiring reports whether Retire has begun.

@@ -7,12 +7,6 @@ import (
 	willowv1 "willow/proto/willow/v1"
 )
 
-// ReasonUnsupportedFormat: the bytes of an upload are not one of the
-// accepted media formats (an HTML page posing as a photo, a PDF, a
-// script), or not of the declared kind (INVALID_ARGUMENT). The client's
-// content type plays no part.
-const ReasonUnsupportedFormat = "unsupported_format"
-
 // sniffUpload names the format of an upload from its first bytes and
 // returns the content type to store, or INVALID_ARGUMENT
 // unsupported_format.
@@ -28,10 +22,10 @@ func sniffUpload(r io.ReaderAt, size int64, kind willowv1.Kind) (string, error) 
 func sniffHead(head []byte, kind willowv1.Kind) (string, error) {
 	t, ok := mediaheader.Sniff(head)
 	if !ok || !t.Input {
-		return "", invalid(ReasonUnsupportedFormat, "the bytes are not an accepted image or video format (JPEG, PNG, HEIC/HEIF, AVIF; MP4, MOV, 3GP, WebM, Matroska, AVI, MPEG)")
+		return "", fail(ReasonUnsupportedFormat, "the bytes are not an accepted image or video format (JPEG, PNG, HEIC/HEIF, AVIF; MP4, MOV, 3GP, WebM, Matroska, AVI, MPEG)")
 	}
 	if t.Video != (kind == willowv1.Kind_KIND_VIDEO) {
-		return "", invalid(ReasonUnsupportedFormat, "the bytes are %s, but the upload was begun as %s", t.ContentType, kindName(kind))
+		return "", fail(ReasonUnsupportedFormat, "the bytes are %s, but the upload was begun as %s", t.ContentType, kindName(kind))
 	}
 	return t.ContentType, nil
 }

@@ -13,13 +13,11 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	"google.golang.org/grpc/codes"
 
 	"willow/buffer"
 	"willow/flex"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
-	"willow/rpcstatus"
 	"willow/shedding"
 	"willow/store"
 )
@@ -151,15 +149,6 @@ func burst(perS float64) int {
 		return 1
 	}
 	return int(perS)
-}
-
-// Errors at the edge.
-func errInternal(err error) error {
-	return rpcstatus.New(codes.Internal, "internal", "%v", err)
-}
-
-func invalid(reason, format string, args ...any) error {
-	return rpcstatus.New(codes.InvalidArgument, reason, format, args...)
 }
 
 func (s *Server) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {

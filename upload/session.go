@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 
+	"willow/auth"
 	"willow/flex"
+	"willow/limits"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
@@ -82,21 +83,14 @@ type Outcome struct {
 	State, Reason, Error string
 }
 
-// Reasons the session API adds to those of the gRPC handlers.
-const (
-	// ReasonUploadExpired: the upload was not committed within
-	// Config.StagingTTL; its staged bytes are (being) removed.
-	ReasonUploadExpired = "upload_expired"
-)
-
 // verifyToken checks an upload token and returns its claims.
 func (s *Server) verifyToken(tok string) (token.Claims, error) {
 	claims, err := token.Verify(s.cfg.Secret, tok, s.now())
 	switch {
 	case errors.Is(err, token.ErrExpired):
-		return claims, rpcstatus.New(codes.Unauthenticated, "token_expired", "upload token expired")
+		return claims, fail(auth.ReasonTokenExpired, "upload token expired")
 	case err != nil:
-		return claims, rpcstatus.New(codes.Unauthenticated, "token_invalid", "upload token invalid")
+		return claims, fail(ReasonTokenInvalid, "upload token invalid")
 	}
 	return claims, nil
 }
@@ -109,7 +103,7 @@ func (s *Server) sizeLimit(k willowv1.Kind) (int64, error) {
 	case willowv1.Kind_KIND_VIDEO:
 		return s.cfg.Limits.MaxVideoBytes, nil
 	}
-	return 0, invalid("bad_kind", "kind must be image or video")
+	return 0, fail(ReasonBadKind, "kind must be image or video")
 }
 
 // MaxSize is the largest upload the front accepts (of any kind).
@@ -151,10 +145,10 @@ func stateOfRecord(key string, rec Record) SessionState {
 // rejects it RESOURCE_EXHAUSTED; overload with pool 1 marks it for pool 1.
 func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState, error) {
 	if !uploadIDRe.MatchString(p.UploadID) {
-		return SessionState{}, invalid("bad_upload_id", "upload_id must be 1-128 of [A-Za-z0-9._:-]")
+		return SessionState{}, fail(ReasonBadUploadID, "upload_id must be 1-128 of [A-Za-z0-9._:-]")
 	}
 	if len(p.User) > MaxUserLen {
-		return SessionState{}, invalid("bad_user", "user is required, at most %d bytes", MaxUserLen)
+		return SessionState{}, fail(ReasonBadUser, "user is required, at most %d bytes", MaxUserLen)
 	}
 	if err := checkLen("filename", p.Filename, MaxFilenameLen); err != nil {
 		return SessionState{}, err
@@ -167,24 +161,24 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 		return SessionState{}, err
 	}
 	if p.User = user; p.User == "" {
-		return SessionState{}, invalid("bad_user", "user is required")
+		return SessionState{}, fail(ReasonBadUser, "user is required")
 	}
 	if !flex.KnownBusiness(p.Business) {
-		return SessionState{}, invalid("unknown_business", "unknown business %q", p.Business)
+		return SessionState{}, fail(flex.ReasonUnknownBusiness, "unknown business %q", p.Business)
 	}
 	limit, err := s.sizeLimit(p.Kind)
 	if err != nil {
 		return SessionState{}, err
 	}
 	if p.Size <= 0 {
-		return SessionState{}, invalid("bad_size", "size must be positive")
+		return SessionState{}, fail(ReasonBadSize, "size must be positive")
 	}
 	if p.Size > limit {
-		return SessionState{}, invalid("too_large", "%d bytes over the %s limit of %d", p.Size, kindName(p.Kind), limit)
+		return SessionState{}, fail(limits.ReasonTooLarge, "%d bytes over the %s limit of %d", p.Size, kindName(p.Kind), limit)
 	}
 	sum := strings.ToLower(p.SHA256)
 	if (sum != "" || p.requireSHA256) && (len(sum) != 64 || strings.Trim(sum, "0123456789abcdef") != "") {
-		return SessionState{}, invalid("bad_sha256", "sha256 must be 64 hex digits")
+		return SessionState{}, fail(ReasonBadSHA256, "sha256 must be 64 hex digits")
 	}
 	key := media.KeyFor(p.User, p.UploadID)
 	st, err := s.staged(key)
@@ -202,7 +196,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 	}
 	if st != nil {
 		if st.Committed() == nil && (st.meta.Size != p.Size || st.meta.SHA256 != sum || st.meta.Kind != int32(p.Kind)) {
-			return SessionState{}, invalid("upload_conflict", "upload %s was begun with another size, kind or sha256", p.UploadID)
+			return SessionState{}, fail(ReasonUploadConflict, "upload %s was begun with another size, kind or sha256", p.UploadID)
 		}
 		return s.stateOf(key, st), nil
 	}
@@ -268,7 +262,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 // user's upload), upload_expired (staged longer than StagingTTL, not
 // committed), UNAVAILABLE store_unavailable.
 func (s *Server) sessionOf(ctx context.Context, key, user string) (*staged, SessionState, error) {
-	unknown := rpcstatus.New(codes.NotFound, "unknown_upload", "no upload %s for this user", key)
+	unknown := fail(ReasonUnknownUpload, "no upload %s for this user", key)
 	if len(key) != 32 || strings.Trim(key, "0123456789abcdef") != "" {
 		return nil, SessionState{}, unknown
 	}
@@ -282,14 +276,14 @@ func (s *Server) sessionOf(ctx context.Context, key, user string) (*staged, Sess
 		}
 		ss := s.stateOf(key, st)
 		if ss.Committed == nil && s.now().After(ss.Expires) {
-			return nil, SessionState{}, rpcstatus.New(codes.NotFound, ReasonUploadExpired,
+			return nil, SessionState{}, fail(ReasonUploadExpired,
 				"upload %s expired at %s without being completed", key, ss.Expires.UTC().Format(time.RFC3339))
 		}
 		return st, ss, nil
 	}
 	rec, ok, err := s.findCommitted(ctx, key)
 	if err != nil {
-		return nil, SessionState{}, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
+		return nil, SessionState{}, fail(ReasonStoreUnavailable, "store: %v", err)
 	}
 	if !ok {
 		if eerr := s.expiredErr(key, ""); eerr != nil {
@@ -333,10 +327,10 @@ func (s *Server) terminateSession(key string) error {
 		return errInternal(err)
 	}
 	if st == nil {
-		return rpcstatus.New(codes.NotFound, "unknown_upload", "no upload %s", key)
+		return fail(ReasonUnknownUpload, "no upload %s", key)
 	}
 	if st.Committed() != nil {
-		return rpcstatus.New(codes.FailedPrecondition, "already_committed", "upload %s is committed; media are not deleted by the upload protocol", key)
+		return fail(ReasonAlreadyCommitted, "upload %s is committed; media are not deleted by the upload protocol", key)
 	}
 	s.forgetLocked(key, st.meta.UploadID)
 	return nil
@@ -392,9 +386,9 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 			return Outcome{MediaID: c.MediaID, Location: c.Location, Duplicate: true, Region: id.Region}, nil
 		}
 		if err != nil {
-			return Outcome{}, rpcstatus.New(codes.Unavailable, "store_unavailable", "store: %v", err)
+			return Outcome{}, fail(ReasonStoreUnavailable, "store: %v", err)
 		}
-		return Outcome{}, rpcstatus.New(codes.NotFound, "unknown_upload", "no upload %s for this user", key)
+		return Outcome{}, fail(ReasonUnknownUpload, "no upload %s for this user", key)
 	}
 	// Crashed after the record was written but before the marker?
 	if rec, ok, err := s.findCommitted(ctx, key); err == nil && ok {
@@ -410,7 +404,7 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 	}
 	if durable != meta.Size {
 		s.m.uploads.WithLabelValues("rejected").Inc()
-		return Outcome{}, invalid("size_mismatch", "received %d of %d bytes", durable, meta.Size)
+		return Outcome{}, fail(ReasonSizeMismatch, "received %d of %d bytes", durable, meta.Size)
 	}
 	got := st.Sum()
 	if meta.SHA256 != "" && got != meta.SHA256 {
@@ -418,7 +412,7 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 		if err := st.Reset(); err != nil {
 			return Outcome{}, errInternal(err)
 		}
-		return Outcome{}, invalid("sha256_mismatch", "sha256 of the received bytes is %s, not %s; send them again", got, meta.SHA256)
+		return Outcome{}, fail(ReasonSHA256Mismatch, "sha256 of the received bytes is %s, not %s; send them again", got, meta.SHA256)
 	}
 	ra, size := st.Reader()
 	if willowv1.Kind(meta.Kind) == willowv1.Kind_KIND_IMAGE {

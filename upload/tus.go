@@ -12,10 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"google.golang.org/grpc/codes"
-
-	"willow/rpcstatus"
 )
 
 // tus 1.0.0 (https://tus.io/protocols/resumable-upload): POST creates an
@@ -42,19 +38,19 @@ func parseMetadata(v string) (map[string]string, error) {
 		return md, nil
 	}
 	if len(v) > maxMetadataBytes {
-		return nil, invalid("bad_metadata", "Upload-Metadata over %d bytes", maxMetadataBytes)
+		return nil, fail(ReasonBadMetadata, "Upload-Metadata over %d bytes", maxMetadataBytes)
 	}
 	for _, pair := range strings.Split(v, ",") {
 		k, val, _ := strings.Cut(strings.TrimSpace(pair), " ")
 		if k == "" {
-			return nil, invalid("bad_metadata", "Upload-Metadata has an empty key")
+			return nil, fail(ReasonBadMetadata, "Upload-Metadata has an empty key")
 		}
 		if _, dup := md[k]; dup {
-			return nil, invalid("bad_metadata", "Upload-Metadata key %q given twice", k)
+			return nil, fail(ReasonBadMetadata, "Upload-Metadata key %q given twice", k)
 		}
 		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(val))
 		if err != nil {
-			return nil, invalid("bad_metadata", "Upload-Metadata value of %q is not base64", k)
+			return nil, fail(ReasonBadMetadata, "Upload-Metadata value of %q is not base64", k)
 		}
 		md[k] = string(b)
 	}
@@ -91,16 +87,16 @@ func first(md map[string]string, keys ...string) string {
 // creation-with-upload).
 func (h *HTTP) tusCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 	if r.Header.Get("Upload-Defer-Length") != "" {
-		h.fail(w, p, invalid("length_required", "Upload-Defer-Length is not supported: send Upload-Length"))
+		h.fail(w, p, fail(ReasonLengthRequired, "Upload-Defer-Length is not supported: send Upload-Length"))
 		return
 	}
 	if r.Header.Get("Upload-Concat") != "" {
-		h.fail(w, p, invalid("concat_unsupported", "the concatenation extension is not supported"))
+		h.fail(w, p, fail(ReasonConcatUnsupported, "the concatenation extension is not supported"))
 		return
 	}
 	size, ok := parseSFInt(r.Header.Get("Upload-Length"))
 	if !ok {
-		h.fail(w, p, invalid("length_required", "Upload-Length must be a non-negative integer"))
+		h.fail(w, p, fail(ReasonLengthRequired, "Upload-Length must be a non-negative integer"))
 		return
 	}
 	c, tok, err := h.claims(r, RouteCreate)
@@ -146,7 +142,7 @@ func (h *HTTP) tusCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 		return
 	}
 	if r.Header.Get("Content-Type") != tusContentType {
-		h.fail(w, p, rpcstatus.New(codes.InvalidArgument, "bad_content_type", "creation-with-upload needs Content-Type: %s", tusContentType))
+		h.fail(w, p, fail(ReasonBadContentType, "creation-with-upload needs Content-Type: %s", tusContentType))
 		return
 	}
 	// The body starts at offset 0; bytes already staged by an earlier
@@ -162,7 +158,7 @@ func (h *HTTP) tusPatch(w http.ResponseWriter, r *http.Request, p protocol, key 
 	}
 	off, ok := parseSFInt(r.Header.Get("Upload-Offset"))
 	if !ok {
-		h.fail(w, p, invalid("bad_offset", "Upload-Offset must be a non-negative integer"))
+		h.fail(w, p, fail(ReasonBadOffset, "Upload-Offset must be a non-negative integer"))
 		return
 	}
 	c, _, err := h.claims(r, RoutePatch)
@@ -263,14 +259,14 @@ func (h *HTTP) receiveChecked(r *http.Request, st *staged, off int64, me *inflig
 	h.m.body.Add(float64(n))
 	if err != nil {
 		_, d := st.Offsets()
-		return d, rpcstatus.New(codes.InvalidArgument, "body_incomplete", "the body broke off after %d bytes; a checksummed request is applied whole or not at all", n)
+		return d, fail(ReasonBodyIncomplete, "the body broke off after %d bytes; a checksummed request is applied whole or not at all", n)
 	}
 	if n > limit {
-		return 0, rpcstatus.New(codes.InvalidArgument, "chunk_out_of_range", "the body runs past the upload's length of %d bytes", st.meta.Size)
+		return 0, fail(ReasonChunkOutOfRange, "the body runs past the upload's length of %d bytes", st.meta.Size)
 	}
 	if got := hf.Sum(nil); !bytes.Equal(got, want) {
 		_, d := st.Offsets()
-		return d, rpcstatus.New(codes.InvalidArgument, "checksum_mismatch", "Upload-Checksum %s does not match the %d bytes received; nothing was kept",
+		return d, fail(ReasonChecksumMismatch, "Upload-Checksum %s does not match the %d bytes received; nothing was kept",
 			base64.StdEncoding.EncodeToString(want), n)
 	}
 	buf := make([]byte, httpReadBuf)

@@ -11,13 +11,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"willow/auth"
+	"willow/flex"
 	"willow/internal/testenv"
+	"willow/limits"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 	"willow/store"
 	"willow/store/s3"
 	"willow/token"
+	"willow/upload"
 )
 
 func stores(t *testing.T) map[string]func(t *testing.T) store.Store {
@@ -163,19 +167,19 @@ func TestBadInput(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{"forged token", func(r *willowv1.BeginRequest) { r.Token = forged }, codes.Unauthenticated, "token_invalid"},
-		{"garbage token", func(r *willowv1.BeginRequest) { r.Token = "x.y.z" }, codes.Unauthenticated, "token_invalid"},
-		{"expired token", func(r *willowv1.BeginRequest) { r.Token = expired }, codes.Unauthenticated, "token_expired"},
-		{"token of another user", func(r *willowv1.BeginRequest) { r.User = "eve" }, codes.Unauthenticated, "token_invalid"},
+		{"forged token", func(r *willowv1.BeginRequest) { r.Token = forged }, codes.Unauthenticated, upload.ReasonTokenInvalid},
+		{"garbage token", func(r *willowv1.BeginRequest) { r.Token = "x.y.z" }, codes.Unauthenticated, upload.ReasonTokenInvalid},
+		{"expired token", func(r *willowv1.BeginRequest) { r.Token = expired }, codes.Unauthenticated, auth.ReasonTokenExpired},
+		{"token of another user", func(r *willowv1.BeginRequest) { r.User = "eve" }, codes.Unauthenticated, upload.ReasonTokenInvalid},
 		{"unknown business", func(r *willowv1.BeginRequest) {
 			r.Business = "casino"
 			r.Token = tok(t, "dave", "casino")
-		}, codes.InvalidArgument, "unknown_business"},
-		{"oversized image", func(r *willowv1.BeginRequest) { r.Size = 31 << 20 }, codes.InvalidArgument, "too_large"},
-		{"oversized video", func(r *willowv1.BeginRequest) { r.Size, r.Kind = 201<<20, willowv1.Kind_KIND_VIDEO }, codes.InvalidArgument, "too_large"},
-		{"bad sha256", func(r *willowv1.BeginRequest) { r.Sha256 = "abc" }, codes.InvalidArgument, "bad_sha256"},
-		{"no kind", func(r *willowv1.BeginRequest) { r.Kind = 0 }, codes.InvalidArgument, "bad_kind"},
-		{"bad upload id", func(r *willowv1.BeginRequest) { r.UploadId = "a/b" }, codes.InvalidArgument, "bad_upload_id"},
+		}, codes.InvalidArgument, flex.ReasonUnknownBusiness},
+		{"oversized image", func(r *willowv1.BeginRequest) { r.Size = 31 << 20 }, codes.InvalidArgument, limits.ReasonTooLarge},
+		{"oversized video", func(r *willowv1.BeginRequest) { r.Size, r.Kind = 201<<20, willowv1.Kind_KIND_VIDEO }, codes.InvalidArgument, limits.ReasonTooLarge},
+		{"bad sha256", func(r *willowv1.BeginRequest) { r.Sha256 = "abc" }, codes.InvalidArgument, upload.ReasonBadSHA256},
+		{"no kind", func(r *willowv1.BeginRequest) { r.Kind = 0 }, codes.InvalidArgument, upload.ReasonBadKind},
+		{"bad upload id", func(r *willowv1.BeginRequest) { r.UploadId = "a/b" }, codes.InvalidArgument, upload.ReasonBadUploadID},
 	}
 	for _, tt := range begins {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,7 +199,7 @@ func TestBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := f.client.Commit(ctx, &willowv1.CommitRequest{UploadId: "sha", User: "dave"})
-		wantReason(t, err, codes.InvalidArgument, "sha256_mismatch")
+		wantReason(t, err, codes.InvalidArgument, upload.ReasonSHA256Mismatch)
 		if _, err := f.store.Stat(ctx, media.RawKey(media.KeyFor("dave", "sha"))); err == nil {
 			t.Fatal("raw stored after a sha256 mismatch")
 		}
@@ -230,7 +234,7 @@ func TestBadInput(t *testing.T) {
 			sent++
 		}
 		_, err = s.CloseAndRecv()
-		wantReason(t, err, codes.InvalidArgument, "pixel_bomb")
+		wantReason(t, err, codes.InvalidArgument, limits.ReasonPixelBomb)
 		st, err := f.client.Status(ctx, &willowv1.StatusRequest{UploadId: "bomb2", User: "dave"})
 		if err != nil || st.GetOffset() > 1<<20 {
 			t.Fatalf("staged %d bytes of a pixel bomb (%v)", st.GetOffset(), err)
@@ -244,13 +248,13 @@ func TestBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := f.client.Commit(ctx, &willowv1.CommitRequest{UploadId: "short", User: "dave"})
-		wantReason(t, err, codes.InvalidArgument, "size_mismatch")
+		wantReason(t, err, codes.InvalidArgument, upload.ReasonSizeMismatch)
 	})
 	t.Run("pixel bomb", func(t *testing.T) {
 		_, err := f.upload(ctx, "bomb", "dave", bomb)
-		wantReason(t, err, codes.InvalidArgument, "pixel_bomb")
+		wantReason(t, err, codes.InvalidArgument, limits.ReasonPixelBomb)
 		_, err = f.client.Commit(ctx, &willowv1.CommitRequest{UploadId: "bomb", User: "dave"})
-		wantReason(t, err, codes.InvalidArgument, "pixel_bomb")
+		wantReason(t, err, codes.InvalidArgument, limits.ReasonPixelBomb)
 		if _, err := f.store.Stat(ctx, media.RawKey(media.KeyFor("dave", "bomb"))); err == nil {
 			t.Fatal("pixel bomb stored")
 		}
@@ -265,10 +269,10 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"in order", []*willowv1.Chunk{{Offset: 0, Data: data[:100]}, {Offset: 100, Data: data[100:200]}}, codes.OK, "", 200},
 		{"duplicated", []*willowv1.Chunk{{Offset: 0, Data: data[:100]}, {Offset: 0, Data: data[:100]}, {Offset: 50, Data: data[50:150]}}, codes.OK, "", 150},
-		{"gap", []*willowv1.Chunk{{Offset: 0, Data: data[:100]}, {Offset: 300, Data: data[300:400]}}, codes.InvalidArgument, "chunk_out_of_order", 0},
-		{"conflicting duplicate", []*willowv1.Chunk{{Offset: 0, Data: data[:100]}, {Offset: 10, Data: []byte("nope")}}, codes.InvalidArgument, "chunk_mismatch", 0},
-		{"past the size", []*willowv1.Chunk{{Offset: int64(len(data)) - 1, Data: []byte("xx")}}, codes.InvalidArgument, "chunk_out_of_range", 0},
-		{"unknown upload", []*willowv1.Chunk{{UploadId: "never-begun", Offset: 0, Data: data[:10]}}, codes.NotFound, "unknown_upload", 0},
+		{"gap", []*willowv1.Chunk{{Offset: 0, Data: data[:100]}, {Offset: 300, Data: data[300:400]}}, codes.InvalidArgument, upload.ReasonChunkOutOfOrder, 0},
+		{"conflicting duplicate", []*willowv1.Chunk{{Offset: 0, Data: data[:100]}, {Offset: 10, Data: []byte("nope")}}, codes.InvalidArgument, upload.ReasonChunkMismatch, 0},
+		{"past the size", []*willowv1.Chunk{{Offset: int64(len(data)) - 1, Data: []byte("xx")}}, codes.InvalidArgument, upload.ReasonChunkOutOfRange, 0},
+		{"unknown upload", []*willowv1.Chunk{{UploadId: "never-begun", Offset: 0, Data: data[:10]}}, codes.NotFound, upload.ReasonUnknownUpload, 0},
 	}
 	for i, tt := range chunkCases {
 		t.Run("chunks "+tt.name, func(t *testing.T) {
@@ -301,13 +305,13 @@ func TestBadInput(t *testing.T) {
 	t.Run("chunks after commit", func(t *testing.T) {
 		f.mustUpload(ctx, "done", "dave", data)
 		_, err := f.send(ctx, "done", data, 0, 1000)
-		wantReason(t, err, codes.FailedPrecondition, "already_committed")
+		wantReason(t, err, codes.FailedPrecondition, upload.ReasonAlreadyCommitted)
 	})
 	t.Run("bad media id", func(t *testing.T) {
 		_, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: "nope"})
-		wantReason(t, err, codes.InvalidArgument, "bad_media_id")
+		wantReason(t, err, codes.InvalidArgument, upload.ReasonBadMediaID)
 		_, err = f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: "s.a.upload-a-1." + strings.Repeat("0", 32)})
-		wantReason(t, err, codes.NotFound, "not_found")
+		wantReason(t, err, codes.NotFound, rpcstatus.ReasonNotFound)
 	})
 }
 

@@ -14,13 +14,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 
 	"willow/buffer"
 	"willow/flex"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
-	"willow/rpcstatus"
 )
 
 // MaxInlineCompress is the largest pool-2 item compressed from its bytes
@@ -465,11 +463,11 @@ func (s *Server) BufferStatus(ctx context.Context, _ *willowv1.BufferStatusReque
 func (s *Server) Drain(ctx context.Context, req *willowv1.DrainRequest) (*willowv1.DrainResponse, error) {
 	n := int(req.GetPool())
 	if n != 1 && n != 2 {
-		return nil, invalid("bad_pool", "pool must be 1 or 2")
+		return nil, fail(ReasonBadPool, "pool must be 1 or 2")
 	}
 	p := s.pools[n]
 	if p == nil {
-		return nil, rpcstatus.New(codes.FailedPrecondition, "pool_disabled", "pool %d is not configured on %s", n, s.nodeID)
+		return nil, fail(ReasonPoolDisabled, "pool %d is not configured on %s", n, s.nodeID)
 	}
 	if req.GetWait() {
 		ctx, cancel := s.drainCtx(ctx)
@@ -477,10 +475,10 @@ func (s *Server) Drain(ctx context.Context, req *willowv1.DrainRequest) (*willow
 		done, err := s.drainAll(ctx, n)
 		resp := &willowv1.DrainResponse{Drained: done, Remaining: int64(len(rawKeys(p)))}
 		if err != nil && ctx.Err() != nil {
-			return resp, rpcstatus.New(codes.DeadlineExceeded, "drain_deadline", "drained %d, %d remain: the drain's deadline passed; run it again", done, resp.Remaining)
+			return resp, fail(ReasonDrainDeadline, "drained %d, %d remain: the drain's deadline passed; run it again", done, resp.Remaining)
 		}
 		if err != nil {
-			return resp, rpcstatus.New(codes.Unavailable, "drain_failed", "drained %d: %v", done, err)
+			return resp, fail(ReasonDrainFailed, "drained %d: %v", done, err)
 		}
 		return resp, nil
 	}

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"willow/cluster"
+	"willow/flex"
 	"willow/internal/testenv"
+	"willow/limits"
 )
 
 // The one-box cluster the CLI tests share.
@@ -107,8 +109,8 @@ func TestCLIErrors(t *testing.T) {
 		{"missing file", []string{"upload", "--cluster", cf, "/nonexistent.jpg"}, 1, "no such file"},
 		{"bad media id", []string{"download", "--cluster", cf, "nope", "-o", "/dev/null"}, 1, "INVALID_ARGUMENT"},
 		{"unknown media", []string{"download", "--cluster", cf, "s.a.upload-a-1.00000000000000000000000000000000", "-o", filepath.Join(t.TempDir(), "x")}, 1, "NOT_FOUND"},
-		{"unknown business", []string{"upload", "--cluster", cf, "--business", "nope", "../../../shared/testdata/photos/mate_Wood.jpg"}, 1, "unknown_business"},
-		{"pixel bomb", []string{"upload", "--cluster", cf, "../../../shared/testdata/bad/bomb.png"}, 1, "pixel_bomb"},
+		{"unknown business", []string{"upload", "--cluster", cf, "--business", "nope", "../../../shared/testdata/photos/mate_Wood.jpg"}, 1, flex.ReasonUnknownBusiness},
+		{"pixel bomb", []string{"upload", "--cluster", cf, "../../../shared/testdata/bad/bomb.png"}, 1, limits.ReasonPixelBomb},
 		{"forged token", []string{"upload", "--cluster", cf, "--upload-token", "forged", "../../../shared/testdata/photos/mate_Wood.jpg"}, 1, "UNAUTHENTICATED"},
 	}
 	for _, tc := range tests {

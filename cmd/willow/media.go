@@ -69,7 +69,7 @@ func cmdMedia(ctx context.Context, m *Main, args []string) error {
 		switch sub {
 		case "status":
 			md, err = c.GetMedia(cctx, &willowv1.GetMediaRequest{MediaId: id.String()})
-			if status.Code(err) == codes.NotFound && rpcstatus.Reason(err) == "processing" {
+			if status.Code(err) == codes.NotFound && rpcstatus.Reason(err) == media.ReasonProcessing {
 				// A pool-1 item: acknowledged, not drained yet.
 				md, err = &willowv1.Media{MediaId: id.String(), State: "processing", Location: "pool1"}, nil
 			}

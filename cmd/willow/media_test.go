@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"willow/compress"
 	"willow/media"
 	"willow/node"
 	"willow/store/fs"
@@ -44,7 +45,7 @@ func TestMediaCLI(t *testing.T) {
 	key := media.KeyFor("u1", "up-1")
 	id := media.ID{Loc: media.LocStore, Region: "a", Node: "upload-a-1", Key: key}.String()
 	rec, _ := json.Marshal(upload.Record{ID: id, Kind: "image", Business: "moments", User: "u1", UploadID: "up-1", Size: 10,
-		Location: upload.LocationStore, State: upload.StateFailed, Reason: "corrupt_media", Error: "jpeg: premature end", Variants: []upload.VariantEntry{}})
+		Location: upload.LocationStore, State: upload.StateFailed, Reason: compress.ReasonCorruptMedia, Error: "jpeg: premature end", Variants: []upload.VariantEntry{}})
 	if err := st.Put(ctx, media.RecordKey(key), bytes.NewReader(rec), int64(len(rec)), "application/json"); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestMediaCLI(t *testing.T) {
 		}
 		return l
 	}
-	if l := status(); l.State != "failed" || l.Reason != "corrupt_media" || l.Error == "" || l.Variants == nil {
+	if l := status(); l.State != "failed" || l.Reason != compress.ReasonCorruptMedia || l.Error == "" || l.Variants == nil {
 		t.Fatalf("status = %+v", l)
 	}
 	out, errs, code := runCLI(t, "media", "status", id, "--addr", un.Addr())

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"willow/auth"
 	"willow/internal/testenv"
 	"willow/master"
 	"willow/node"
@@ -106,7 +107,7 @@ func TestDrillCLI(t *testing.T) {
 	addr, nodes := startMasterWithNodes(t)
 	target := nodes[0]
 	_, errs, code := runCLI(t, "drill", "errors", "--master", addr, "--node", target.Addr(), "--ratio", "0.5", "--for", "1s", "--token", "wrong")
-	if code != 1 || !strings.Contains(errs, "UNAUTHENTICATED") || !strings.Contains(errs, "bad_credentials") {
+	if code != 1 || !strings.Contains(errs, "UNAUTHENTICATED") || !strings.Contains(errs, auth.ReasonBadCredentials) {
 		t.Fatalf("drill with a wrong token: exit %d, stderr %q", code, errs)
 	}
 	if _, errs, code := runCLI(t, "drill", "latency", "--master", addr, "--node", target.Addr(), "--for", "1s"); code != 2 {
