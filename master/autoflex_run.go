@@ -348,13 +348,13 @@ func (s *Server) SetFlexAuto(ctx context.Context, req *willowv1.SetFlexAutoReque
 	case AutoOn, AutoOff, AutoDryRun:
 	case "":
 		if !req.GetResume() {
-			return nil, rpcstatus.New(codes.InvalidArgument, "unknown_mode", "give a mode (on, off, dry-run) or resume")
+			return nil, rpcstatus.New(codes.InvalidArgument, ReasonUnknownMode, "give a mode (on, off, dry-run) or resume")
 		}
 	default:
-		return nil, rpcstatus.New(codes.InvalidArgument, "unknown_mode", "auto-flex mode %q: want on, off or dry-run", mode)
+		return nil, rpcstatus.New(codes.InvalidArgument, ReasonUnknownMode, "auto-flex mode %q: want on, off or dry-run", mode)
 	}
 	if s.autoPolErr != nil && mode != AutoOff {
-		return nil, rpcstatus.New(codes.FailedPrecondition, "no_policy", "%v", s.autoPolErr)
+		return nil, rpcstatus.New(codes.FailedPrecondition, ReasonNoPolicy, "%v", s.autoPolErr)
 	}
 	_, _, err = s.commit(ctx, func(cur flexDoc) (flexDoc, *willowv1.AuditEntry, error) {
 		nd := cur

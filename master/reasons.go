@@ -66,3 +66,24 @@ const (
 	ReasonSuccessRate      = "success_rate"
 	ReasonProbeFailed      = "probe_failed"
 )
+
+// Reasons of auto-flex and scheduled changes.
+const (
+	// ReasonUnknownMode: an auto-flex mode other than on, off or dry-run
+	// (INVALID_ARGUMENT).
+	ReasonUnknownMode = "unknown_mode"
+	// ReasonNoPolicy: auto-flex switched on without a valid policy
+	// (FAILED_PRECONDITION).
+	ReasonNoPolicy = "no_policy"
+	// ReasonInvalidTime: a scheduled time in the past or too far ahead
+	// (INVALID_ARGUMENT).
+	ReasonInvalidTime = "invalid_time"
+	// ReasonTooManySchedules: the pending schedule list is full
+	// (FAILED_PRECONDITION).
+	ReasonTooManySchedules = "too_many_schedules"
+	// ReasonNotPending: cancel of a scheduled change already applied or
+	// cancelled (FAILED_PRECONDITION).
+	ReasonNotPending = "not_pending"
+	// ReasonUnknownSchedule: no scheduled change of that ID (NOT_FOUND).
+	ReasonUnknownSchedule = "unknown_schedule"
+)

@@ -94,10 +94,10 @@ func (s *Server) ScheduleFlex(ctx context.Context, req *willowv1.ScheduleFlexReq
 	switch {
 	case err != nil:
 	case sd.At <= now.UnixMilli():
-		err = rpcstatus.New(codes.InvalidArgument, "invalid_time", "scheduled time %s is not in the future",
+		err = rpcstatus.New(codes.InvalidArgument, ReasonInvalidTime, "scheduled time %s is not in the future",
 			time.UnixMilli(sd.At).UTC().Format(time.RFC3339))
 	case time.UnixMilli(sd.At).Sub(now) > maxScheduleAhead:
-		err = rpcstatus.New(codes.InvalidArgument, "invalid_time", "scheduled time %s is more than %s ahead",
+		err = rpcstatus.New(codes.InvalidArgument, ReasonInvalidTime, "scheduled time %s is more than %s ahead",
 			time.UnixMilli(sd.At).UTC().Format(time.RFC3339), maxScheduleAhead)
 	}
 	if err != nil {
@@ -115,7 +115,7 @@ func (s *Server) ScheduleFlex(ctx context.Context, req *willowv1.ScheduleFlexReq
 			}
 		}
 		if pending >= maxPendingSchedules {
-			return cur, nil, rpcstatus.New(codes.FailedPrecondition, "too_many_schedules", "%d changes are scheduled already: cancel some first", pending)
+			return cur, nil, rpcstatus.New(codes.FailedPrecondition, ReasonTooManySchedules, "%d changes are scheduled already: cancel some first", pending)
 		}
 		nd := cur
 		nd.NextSched = cur.NextSched + 1
@@ -182,7 +182,7 @@ func (s *Server) CancelSchedule(ctx context.Context, req *willowv1.CancelSchedul
 				continue
 			}
 			if x.State != SchedulePending {
-				return cur, nil, rpcstatus.New(codes.FailedPrecondition, "not_pending", "scheduled change %s is %s already", x.ID, x.State)
+				return cur, nil, rpcstatus.New(codes.FailedPrecondition, ReasonNotPending, "scheduled change %s is %s already", x.ID, x.State)
 			}
 			x.State, x.DoneAt, x.Error = ScheduleCancelled, s.now().UnixMilli(), ""
 			out = *x
@@ -190,7 +190,7 @@ func (s *Server) CancelSchedule(ctx context.Context, req *willowv1.CancelSchedul
 			return nd, &willowv1.AuditEntry{Actor: actor, Action: "schedule-cancel", Scope: x.Scope,
 				Reason: "cancelled " + x.describe() + ": " + reason}, nil
 		}
-		return cur, nil, rpcstatus.New(codes.NotFound, "unknown_schedule", "no scheduled change %q (willow flex schedule list)", req.GetId())
+		return cur, nil, rpcstatus.New(codes.NotFound, ReasonUnknownSchedule, "no scheduled change %q (willow flex schedule list)", req.GetId())
 	})
 	if err != nil {
 		return nil, flexStatus(err)
