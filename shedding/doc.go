@@ -38,7 +38,9 @@
 // pool instead of failing.
 //
 // The current level goes back in the response header willow-admit-level
-// (not for exempt or deferred methods). The client interceptors remember
+// (not for exempt or deferred methods) while it is below the top and for
+// DefaultLevelTTL after it returns there; a client hearing no level drops
+// nothing. The client interceptors remember
 // it per callee address and method for DefaultLevelTTL and fail locally,
 // with the same overload error, a request the callee would reject.
 // RetryBudget caps a client's retries at a ratio (10%) of its requests over

@@ -51,12 +51,7 @@ func (s *Shedder) gate(ctx context.Context, method string, ss grpc.ServerStream)
 	business, user := requestContext(ctx)
 	reason, ok, bi, key := s.admit(business, user)
 	if !deferred {
-		md := s.levelMD[s.level.Load()] // shared: grpc copies header metadata
-		if ss != nil {
-			_ = ss.SetHeader(md)
-		} else {
-			_ = grpc.SetHeader(ctx, md)
-		}
+		s.announce(ctx, ss)
 	}
 	if !ok {
 		if deferred {
@@ -81,7 +76,33 @@ func (s *Shedder) gate(ctx context.Context, method string, ss grpc.ServerStream)
 		return ctx, nil, s.errOver
 	}
 	s.metrics.admit(bi)
-	return ctx, s.slots.release, nil
+	return ctx, s.release, nil
+}
+
+// announce sends the admission level in the response header while the
+// level is below the top, and for DefaultLevelTTL after it returns there,
+// so that every client that learned a lower level hears the top again
+// before it would stop trusting that level. A node that has admitted
+// everything for longer sends nothing: setting a header is most of the
+// interceptor's cost, and a client that hears no level drops nothing.
+func (s *Shedder) announce(ctx context.Context, ss grpc.ServerStream) {
+	lvl := s.level.Load()
+	if lvl == s.maxLevel {
+		until := s.announceUntil.Load()
+		if until == 0 {
+			return
+		}
+		if s.now().UnixNano() >= until {
+			s.announceUntil.CompareAndSwap(until, 0)
+			return
+		}
+	}
+	md := s.levelMD[lvl] // shared: grpc copies header metadata
+	if ss != nil {
+		_ = ss.SetHeader(md)
+	} else {
+		_ = grpc.SetHeader(ctx, md)
+	}
 }
 
 // UnaryServerInterceptor applies admission to unary calls: Exempt methods

@@ -121,6 +121,10 @@ type Shedder struct {
 	rollMu    sync.Mutex    // held while a window is rolled
 	counts    []int64       // guarded by rollMu: scratch histogram
 	levelMD   []metadata.MD // header metadata for each level, read-only
+	release   func()        // s.slots.release, made once (a method value allocates)
+	// announceUntil (unix ns) is when the level header may stop after the
+	// level was last below the top: see gate.
+	announceUntil atomic.Int64
 
 	knobs      atomic.Pointer[cachedKnobs]
 	knobsMu    sync.Mutex // held while knobs are stored
@@ -186,6 +190,7 @@ func New(cfg Config, deps Deps) (*Shedder, error) {
 		s.levelMD[i] = metadata.Pairs(HeaderAdmitLevel, strconv.Itoa(i))
 	}
 	s.level.Store(s.maxLevel)
+	s.release = s.slots.release
 	s.hash = NewUserHash(cfg.UserKey)
 	for _, m := range cfg.Deferred {
 		s.deferred[m] = true
@@ -348,6 +353,9 @@ func (s *Shedder) maybeRoll(ns int64) {
 	overloaded := mean > float64(s.threshold)
 	next := nextLevel(counts, cur, int(s.maxLevel), overloaded)
 	s.level.Store(int32(next))
+	if cur < int(s.maxLevel) || next < int(s.maxLevel) {
+		s.announceUntil.Store(now + int64(DefaultLevelTTL))
+	}
 	s.winEnd.Store(now + s.window)
 	s.metrics.window(next, overloaded)
 }

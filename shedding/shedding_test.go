@@ -129,8 +129,10 @@ func TestDeferredExemptAndStreams(t *testing.T) {
 		wantReason string // error reason, or WouldShed's answer when OK
 		wantLevel  bool   // header willow-admit-level present
 	}{
-		{"shed by ratio", mWork, "avatar", codes.ResourceExhausted, shedding.ReasonShedRatio, true},
-		{"admitted", mWork, "moments", codes.OK, "", true},
+		// Never overloaded: no level to tell (TestLevelTravelsAndClientDropsEarly
+		// covers the header while and after the level is cut).
+		{"shed by ratio", mWork, "avatar", codes.ResourceExhausted, shedding.ReasonShedRatio, false},
+		{"admitted", mWork, "moments", codes.OK, "", false},
 		{"deferred sees WouldShed", mBegin, "avatar", codes.OK, shedding.ReasonShedRatio, false},
 		{"deferred admitted", mBegin, "moments", codes.OK, "", false},
 		{"exempt passes", mHealth, "avatar", codes.OK, "", false},
@@ -255,11 +257,26 @@ func TestLevelTravelsAndClientDropsEarly(t *testing.T) {
 	}
 
 	clk.Advance(3 * time.Second) // level expired in the client; calm window in the server
-	if _, err := call(ctx, cc, mWork, "spam", "carol"); err != nil {
+	hdr = nil
+	if _, err := call(ctx, cc, mWork, "spam", "carol", grpc.Header(&hdr)); err != nil {
 		t.Errorf("after the level expired and the callee recovered: %v", err)
 	}
 	if got := s.Level(); got != s.MaxLevel() {
 		t.Errorf("level %d after a calm window with no demand above it, want %d", got, s.MaxLevel())
+	}
+	// Back at the top, the callee keeps telling it for the level TTL, so a
+	// client that learned the cut hears the recovery...
+	if got := hdr.Get(shedding.HeaderAdmitLevel); len(got) != 1 || got[0] != strconv.Itoa(s.MaxLevel()) {
+		t.Errorf("header level %v just after recovery, want %d", got, s.MaxLevel())
+	}
+	// ...and then stops: setting the header is most of the interceptor's cost.
+	clk.Advance(shedding.DefaultLevelTTL + time.Millisecond)
+	hdr = nil
+	if _, err := call(ctx, cc, mWork, "spam", "carol", grpc.Header(&hdr)); err != nil {
+		t.Fatal(err)
+	}
+	if got := hdr.Get(shedding.HeaderAdmitLevel); len(got) != 0 {
+		t.Errorf("header level %v a level TTL after recovery, want none", got)
 	}
 }
 
