@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"willow/internal/iostat"
 )
 
 // SyncPolicy says when appended records are forced to stable storage.
@@ -369,7 +371,7 @@ func (p *Pool) load(id uint64, newest bool) error {
 		if err := f.Truncate(off); err != nil {
 			return fmt.Errorf("truncate %s: %w", path, err)
 		}
-		if err := f.Sync(); err != nil {
+		if err := iostat.Sync(f); err != nil {
 			return fmt.Errorf("sync %s: %w", path, err)
 		}
 	}
@@ -446,7 +448,7 @@ func (p *Pool) segmentFor(n int64) (*segment, error) {
 		// Seal: whatever the policy, a sealed segment is on disk before
 		// any record lands in the next one, so only the newest segment
 		// can ever hold a torn record.
-		if err := a.f.Sync(); err != nil {
+		if err := iostat.Sync(a.f); err != nil {
 			return nil, fmt.Errorf("seal segment: %w", err)
 		}
 	}
@@ -477,7 +479,7 @@ func syncDir(dir string) error {
 		return err
 	}
 	defer d.Close()
-	return d.Sync()
+	return iostat.Sync(d)
 }
 
 // writable reports why appends are refused, if they are. Callers hold p.wmu.
@@ -573,7 +575,7 @@ func (p *Pool) append(ctx context.Context, key string, meta []byte, r io.Reader,
 		return p.undo(seg, off, err)
 	}
 	if p.opts.Sync == SyncEveryAppend {
-		if err := seg.f.Sync(); err != nil {
+		if err := iostat.Sync(seg.f); err != nil {
 			return p.failSync(seg, off, err)
 		}
 	}
@@ -590,6 +592,7 @@ func (p *Pool) append(ctx context.Context, key string, meta []byte, r io.Reader,
 	p.applyPut(rec)
 	p.mu.Unlock()
 	p.m.appends.Inc()
+	iostat.Wrote(int(n))
 	return nil
 }
 
@@ -744,7 +747,7 @@ func (p *Pool) delete(key string) error {
 		return p.undo(seg, off, err)
 	}
 	if p.opts.Sync == SyncEveryAppend {
-		if err := seg.f.Sync(); err != nil {
+		if err := iostat.Sync(seg.f); err != nil {
 			return p.failSync(seg, off, err)
 		}
 	}
@@ -754,6 +757,7 @@ func (p *Pool) delete(key string) error {
 	p.applyTombstone(seg, key)
 	p.mu.Unlock()
 	p.m.deletes.Inc()
+	iostat.Wrote(int(n))
 	return nil
 }
 
@@ -905,7 +909,7 @@ func (p *Pool) move(ctx context.Context, seg *segment) error {
 	// Copies are on disk before the old segment can be removed, whatever
 	// the sync policy.
 	for _, s := range touched {
-		if serr := s.f.Sync(); serr != nil {
+		if serr := iostat.Sync(s.f); serr != nil {
 			p.broken = fmt.Errorf("buffer %s: fsync failed (reopen the pool): %w", p.opts.Name, serr)
 			err = serr
 		}
@@ -960,6 +964,7 @@ func (p *Pool) copyRecord(r *record) (*record, error) {
 	dst.size = off + r.recLen
 	p.segBytes += r.recLen
 	p.mu.Unlock()
+	iostat.Wrote(int(r.recLen))
 	return &record{
 		key: r.key, meta: r.meta, seg: dst, off: off, dataOff: off + int64(len(head)), size: r.size,
 		recLen: r.recLen, crc: r.crc, appendedAt: r.appendedAt,
@@ -1005,7 +1010,7 @@ func (p *Pool) Close() error {
 	p.mu.Unlock()
 	var err error
 	if p.active != nil && p.broken == nil {
-		err = p.active.f.Sync()
+		err = iostat.Sync(p.active.f)
 	}
 	p.m.unregister()
 	p.closeFiles()

@@ -340,6 +340,9 @@ func (c *Cluster) newNode(id, role, region, masterAddr string, load nodeLoad) (*
 		Gauges:            load.gauges,
 		QueueMs:           load.queueMs,
 		Auth:              c.auth,
+		// Every node of the one-box cluster shares this process: RSS and
+		// disk figures are the process's, and heartbeats say so.
+		SharedProcess: true,
 	}
 	if role != "master" {
 		sc := shedding.ServiceConfig()

@@ -288,7 +288,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edgecache: listen http %s: %w", cfg.HTTPAddr, err)
 	}
-	s.lis = lis
+	s.lis = s.node.CountListener(lis) // counted as the node's network traffic
 	s.handler = s.m.instrument(nosniff(http.HandlerFunc(s.serveHTTP)))
 	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	if err := n.Guard().Declare(Methods()); err != nil {

@@ -109,6 +109,10 @@ type Config struct {
 	QueueMs func() float64
 	// Now; default time.Now.
 	Now func() time.Time
+	// SharedProcess says other nodes run in this process (willow up, the
+	// one-box cluster): its RSS and disk counters are the process's, and
+	// heartbeats say so (Load.shared_process).
+	SharedProcess bool
 }
 
 // Node is a running service process. Create with New, register services
@@ -124,6 +128,7 @@ type Node struct {
 	adminMx *http.ServeMux
 	metrics *grpcprom.ServerMetrics
 	stats   *stats
+	net     netCounters // bytes through the gRPC and counted HTTP listeners
 
 	addr, adminAddr string // advertised gRPC and admin addresses
 
@@ -231,7 +236,7 @@ func New(cfg Config) (*Node, error) {
 		lis.Close()
 		return nil, fmt.Errorf("node: listen admin %s: %w", cfg.AdminAddr, err)
 	}
-	n.lis, n.adminL = lis, adminL
+	n.lis, n.adminL = n.CountListener(lis), adminL
 	if n.addr, err = advertised(cfg.Advertise, cfg.AdvertiseHost, lis.Addr().String()); err != nil {
 		lis.Close()
 		adminL.Close()

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"willow/internal/iostat"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -104,7 +105,11 @@ func (n *Node) load() *willowv1.Load {
 			l.Gauges = map[string]float64{}
 		}
 		l.Gauges["mem_rss_bytes"] = rss
+		l.RssBytes = int64(rss)
 	}
+	l.NetBytesIn, l.NetBytesOut = n.net.in.Load(), n.net.out.Load()
+	l.DiskBytesWritten, l.Fsyncs = iostat.Written(), iostat.Fsyncs()
+	l.SharedProcess = n.cfg.SharedProcess
 	return l
 }
 

@@ -150,7 +150,7 @@ func NewHTTP(s *Server, cfg HTTPConfig) (*HTTP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upload: listen http %s: %w", cfg.Addr, err)
 	}
-	h.lis = lis
+	h.lis = s.node.CountListener(lis) // counted as the node's network traffic
 	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	if err := s.node.SetHTTPAddr(lis.Addr().String()); err != nil {
 		lis.Close()

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"willow/internal/iostat"
 )
 
 // Chunk-handling errors; the server edge maps them to gRPC statuses.
@@ -89,8 +91,9 @@ func writeFile(path string, b []byte, sync bool) error {
 		return err
 	}
 	_, err = f.Write(b)
+	iostat.Wrote(len(b))
 	if err == nil && sync {
-		err = f.Sync()
+		err = iostat.Sync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -114,7 +117,7 @@ func syncDir(dir string) error {
 		return err
 	}
 	defer d.Close()
-	return d.Sync()
+	return iostat.Sync(d)
 }
 
 // createStaged makes a new staging dir for meta, durably.
@@ -260,6 +263,7 @@ func (s *staged) Write(off int64, data []byte, syncEvery int64) error {
 		_ = s.f.Truncate(s.written)
 		return fmt.Errorf("write staged: %w", err)
 	}
+	iostat.Wrote(len(data))
 	s.h.Write(data)
 	s.written += int64(len(data))
 	s.sinceSync += int64(len(data))
@@ -286,7 +290,7 @@ func (s *staged) syncLocked() error {
 	if s.written == s.durable {
 		return nil
 	}
-	if err := s.f.Sync(); err != nil {
+	if err := iostat.Sync(s.f); err != nil {
 		return fmt.Errorf("sync staged: %w", err)
 	}
 	hs, err := s.h.(encoding.BinaryMarshaler).MarshalBinary()
@@ -305,8 +309,9 @@ func (s *staged) syncLocked() error {
 		return err
 	}
 	_, err = of.WriteAt(slot, int64(s.seq%2)*slotSize)
+	iostat.Wrote(len(slot))
 	if err == nil {
-		err = of.Sync()
+		err = iostat.Sync(of)
 	}
 	if cerr := of.Close(); err == nil {
 		err = cerr

@@ -1,0 +1,65 @@
+package node
+
+import (
+	"net"
+	"sync/atomic"
+)
+
+// Resource counters carried in every heartbeat (willowv1.Load fields
+// 20-29), so a capacity plan can size each module by CPU, memory, network
+// and disk on its own. Counters are cumulative since the process started;
+// readers take differences between heartbeats.
+//
+//   - Network: bytes read from and written to the connections this node's
+//     servers accept (gRPC, and the HTTP listeners wrapped by
+//     CountListener: the edge's and the upload front's). Its own outgoing
+//     calls (to the store, to other nodes) are not counted.
+//     /proc/self/net/dev is per network namespace, not per process, so it
+//     cannot be used.
+//   - Disk: bytes written and fsyncs issued where the upload front stages
+//     uploads and keeps its pools (package internal/iostat). These are
+//     process-wide: nodes sharing one process (willow up, --embedded)
+//     report the same figures, as they do for RSS, and say so with
+//     Load.shared_process.
+
+// netCounters counts bytes through the connections of a node's listeners.
+type netCounters struct{ in, out atomic.Int64 }
+
+// CountListener wraps l so the bytes of every connection it accepts count
+// as this node's network traffic in heartbeats. A nil node returns l.
+func (n *Node) CountListener(l net.Listener) net.Listener {
+	if n == nil {
+		return l
+	}
+	return &countingListener{Listener: l, c: &n.net}
+}
+
+type countingListener struct {
+	net.Listener
+	c *netCounters
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: conn, c: l.c}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	c *netCounters
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.c.in.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.c.out.Add(int64(n))
+	return n, err
+}
