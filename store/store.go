@@ -47,3 +47,12 @@ type RangeGetter interface {
 	// describes the whole object. Missing objects give ErrNotFound.
 	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, Info, error)
 }
+
+// FileAdopter is the optional capability of storing a local file under a
+// key without copying its bytes (store/fs: a hard link when the file is on
+// the store's filesystem, a copy otherwise). The caller has made the file
+// durable (fsynced) and never changes it afterwards; like Put, a nil return
+// means the object is durable and readers see all of it or none.
+type FileAdopter interface {
+	AdoptFile(ctx context.Context, key, path string, size int64, contentType string) error
+}

@@ -105,6 +105,23 @@ func (f *flakyStore) Put(ctx context.Context, key string, r io.Reader, size int6
 	return f.Store.Put(ctx, key, r, size, ct)
 }
 
+// AdoptFile forwards the store's FileAdopter capability (fs), so tests and
+// benchmarks run the front's real commit path.
+func (f *flakyStore) AdoptFile(ctx context.Context, key, path string, size int64, ct string) error {
+	if f.down.Load() {
+		return errDown
+	}
+	if a, ok := f.Store.(store.FileAdopter); ok {
+		return a.AdoptFile(ctx, key, path, size, ct)
+	}
+	r, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return f.Store.Put(ctx, key, r, size, ct)
+}
+
 func (f *flakyStore) Get(ctx context.Context, key string) (io.ReadCloser, store.Info, error) {
 	if f.down.Load() {
 		return nil, store.Info{}, errDown

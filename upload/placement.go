@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 
 	"willow/buffer"
 	"willow/flex"
 	"willow/media"
+	"willow/store"
 )
 
 // findCommitted looks for a committed record of key: the store, then the
@@ -106,8 +108,21 @@ func (s *Server) toStore(ctx context.Context, key string, rec *Record, ra io.Rea
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	if err := s.st.Put(ctx, media.RawKey(key), io.NewSectionReader(ra, 0, size), size, ct); err != nil {
+	if err := s.putRaw(ctx, key, ra, size, ct); err != nil {
 		return err
 	}
 	return writeRecord(ctx, s.st, *rec)
+}
+
+// putRaw stores the verified, fsynced staged bytes as the raw object. A
+// store that can adopt a local file (store/fs) takes the staging file
+// itself instead of a copy of its bytes: the front never writes to a
+// staging file after its commit verified it.
+func (s *Server) putRaw(ctx context.Context, key string, ra io.ReaderAt, size int64, ct string) error {
+	if a, ok := s.st.(store.FileAdopter); ok {
+		if f, ok := ra.(*os.File); ok {
+			return a.AdoptFile(ctx, media.RawKey(key), f.Name(), size, ct)
+		}
+	}
+	return s.st.Put(ctx, media.RawKey(key), io.NewSectionReader(ra, 0, size), size, ct)
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"willow/internal/iostat"
@@ -181,12 +182,47 @@ func openStaged(dir string) (*staged, error) {
 		off, seq = 0, 0
 		s.h = sha256.New()
 	}
-	if err := f.Truncate(off); err != nil {
+	if f, err = truncateOwn(f, off); err != nil {
 		f.Close()
 		return nil, err
 	}
 	s.f, s.written, s.durable, s.seq = f, off, off, seq
 	return s, nil
+}
+
+// truncateOwn cuts the staging data file f back to n bytes. A data file
+// the store adopted by hard link (store.FileAdopter) is the raw object too:
+// it is never cut in place, the staging name gets a private copy of its
+// first n bytes instead, and the returned file replaces f (closed). On
+// error f is returned unchanged and still open.
+func truncateOwn(f *os.File, n int64) (*os.File, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return f, err
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || sys.Nlink <= 1 {
+		return f, f.Truncate(n)
+	}
+	path := f.Name()
+	tmp := path + ".tmp"
+	nf, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		return f, fmt.Errorf("detach staged %s: %w", path, err)
+	}
+	_, err = io.Copy(nf, io.NewSectionReader(f, 0, n))
+	if err == nil {
+		err = nf.Sync()
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		nf.Close()
+		_ = os.Remove(tmp)
+		return f, fmt.Errorf("detach staged %s: %w", path, err)
+	}
+	f.Close()
+	return nf, nil
 }
 
 // readOffset returns the newest valid slot of an offset file.
@@ -346,7 +382,9 @@ func (s *staged) Reset() error {
 	if err := os.Remove(filepath.Join(s.dir, fileOffset)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := s.f.Truncate(0); err != nil {
+	f, err := truncateOwn(s.f, 0)
+	s.f = f
+	if err != nil {
 		return err
 	}
 	s.written, s.durable, s.sinceSync, s.seq = 0, 0, 0, 0

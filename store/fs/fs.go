@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,7 @@ type Store struct {
 var (
 	_ store.Store       = (*Store)(nil)
 	_ store.RangeGetter = (*Store)(nil)
+	_ store.FileAdopter = (*Store)(nil)
 )
 
 // New opens (creating if needed) a store rooted at dir.
@@ -65,6 +67,61 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, co
 		return fmt.Errorf("fs store: put %s: %w", key, err)
 	}
 	return nil
+}
+
+// AdoptFile implements store.FileAdopter: it hard-links path into the
+// store (a temporary name, then rename and an fsync of the directory), so
+// the bytes are neither read nor written again. When path is on another
+// filesystem (or links are refused) it copies it like Put. The file must
+// be durable already and never be written again.
+func (s *Store) AdoptFile(ctx context.Context, key, path string, size int64, contentType string) error {
+	p, err := s.path(key)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("fs store: adopt %s: %w", key, err)
+	}
+	if size >= 0 && st.Size() != size {
+		return fmt.Errorf("fs store: adopt %s: file has %d bytes, want %d", key, st.Size(), size)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("fs store: adopt %s: %w", key, err)
+	}
+	tmp := filepath.Join(filepath.Dir(p), fmt.Sprintf(".tmp-link-%016x", rand.Uint64()))
+	if err := os.Link(path, tmp); err != nil {
+		f, oerr := os.Open(path)
+		if oerr != nil {
+			return fmt.Errorf("fs store: adopt %s: %w", key, oerr)
+		}
+		defer f.Close()
+		return s.Put(ctx, key, f, size, contentType)
+	}
+	if err := os.WriteFile(p+".meta", []byte(contentType+"\n"), 0o644); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("fs store: adopt %s meta: %w", key, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("fs store: adopt %s: %w", key, err)
+	}
+	if err := syncDir(filepath.Dir(p)); err != nil {
+		return fmt.Errorf("fs store: adopt %s: %w", key, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 type ctxReader struct {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -117,5 +118,52 @@ func TestGetRange(t *testing.T) {
 	}
 	if _, _, err := s.GetRange(ctx, "raw/r", -1, 1); err == nil {
 		t.Fatal("negative offset accepted")
+	}
+}
+
+// TestAdoptFile: an adopted file is the object (same bytes, content type),
+// a wrong size adopts nothing, and a missing file is an error.
+func TestAdoptFile(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := fs.New(dir + "/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("adopt"), 5000)
+	src := dir + "/staged"
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AdoptFile(ctx, "raw/k", src, int64(len(data)), "image/png"); err != nil {
+		t.Fatal(err)
+	}
+	rc, info, err := s.Get(ctx, "raw/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if !bytes.Equal(got, data) || info.ContentType != "image/png" {
+		t.Fatalf("adopted object: %d bytes, %+v", len(got), info)
+	}
+	// The source may go away (the front removes its staging): the object stays.
+	if err := os.Remove(src); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Stat(ctx, "raw/k"); err != nil || info.Size != int64(len(data)) {
+		t.Fatalf("after removing the source: %+v %v", info, err)
+	}
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AdoptFile(ctx, "raw/short", src, int64(len(data))+1, "image/png"); err == nil {
+		t.Fatal("size mismatch adopted")
+	}
+	if _, err := s.Stat(ctx, "raw/short"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("size mismatch left an object: %v", err)
+	}
+	if err := s.AdoptFile(ctx, "raw/none", dir+"/missing", 1, "image/png"); err == nil {
+		t.Fatal("missing file adopted")
 	}
 }
