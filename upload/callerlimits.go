@@ -131,21 +131,40 @@ func (h *holdings) dropStaged(key string) {
 
 // chunkStream is a Chunks stream under the caller limits: each Recv waits
 // at most the idle timeout, and the user of each chunk takes one of the
-// user's streams for the rest of the stream.
+// user's streams for the rest of the stream. One receiving goroutine reads
+// ahead (chunkReadAhead messages), so the next chunk is received and
+// unmarshalled while the handler writes and hashes this one.
 type chunkStream struct {
 	willowv1.Upload_ChunksServer
 	s        *Server
 	idle     time.Duration
 	users    map[string]bool
 	releases []func()
+	recvd    chan chunkResult // nil until the first Recv starts the reader
+	stop     chan struct{}    // closed by done: the reader gives up
+	timer    *time.Timer
 }
+
+type chunkResult struct {
+	c   *willowv1.Chunk
+	err error
+}
+
+// chunkReadAhead is how many received chunks wait for the handler (each
+// at most MaxChunkBytes).
+const chunkReadAhead = 1
 
 // limitChunks applies the caller limits to a Chunks stream: the
 // connection's stream count now, the users' as their chunks arrive. Call
 // done when the stream ends.
 func (s *Server) limitChunks(stream willowv1.Upload_ChunksServer) (cs *chunkStream, done func(), err error) {
 	cs = &chunkStream{Upload_ChunksServer: stream, s: s, idle: s.cfg.ChunkIdleTimeout, users: map[string]bool{}}
+	cs.stop = make(chan struct{})
 	done = func() {
+		close(cs.stop)
+		if cs.timer != nil {
+			cs.timer.Stop()
+		}
 		for _, r := range cs.releases {
 			r()
 		}
@@ -165,21 +184,18 @@ func (s *Server) limitChunks(stream willowv1.Upload_ChunksServer) (cs *chunkStre
 // on is ended by the handler's return, which also ends the receive left
 // waiting.
 func (cs *chunkStream) Recv() (*willowv1.Chunk, error) {
-	type result struct {
-		c   *willowv1.Chunk
-		err error
+	if cs.recvd == nil {
+		cs.recvd = make(chan chunkResult, chunkReadAhead)
+		go cs.readAhead()
+		cs.timer = time.NewTimer(cs.idle)
+	} else {
+		cs.timer.Reset(cs.idle)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		c, err := cs.Upload_ChunksServer.Recv()
-		ch <- result{c, err}
-	}()
-	t := time.NewTimer(cs.idle)
-	defer t.Stop()
-	var r result
+	var r chunkResult
 	select {
-	case r = <-ch:
-	case <-t.C:
+	case r = <-cs.recvd:
+		cs.timer.Stop() // go >= 1.23 timers: no stale tick after Stop or Reset
+	case <-cs.timer.C:
 		return nil, fail(ReasonIdleTimeout, "Chunks stream sent nothing for %s", cs.idle)
 	}
 	if r.err != nil {
@@ -201,4 +217,20 @@ func (cs *chunkStream) Recv() (*willowv1.Chunk, error) {
 		cs.releases = append(cs.releases, rel)
 	}
 	return r.c, nil
+}
+
+// readAhead receives the stream's messages into cs.recvd until the first
+// error (io.EOF included) or until the handler is done.
+func (cs *chunkStream) readAhead() {
+	for {
+		c, err := cs.Upload_ChunksServer.Recv()
+		select {
+		case cs.recvd <- chunkResult{c, err}:
+		case <-cs.stop:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
 }
