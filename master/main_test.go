@@ -15,6 +15,9 @@ import (
 // binary as one upload node of that master until it is killed
 // (TestKilledNodeProcessLeavesRoute starts it so).
 func TestMain(m *testing.M) {
+	if url := os.Getenv(fleetRedisEnv); url != "" {
+		os.Exit(fleetMaster(url)) // BenchmarkFleet's master
+	}
 	if addr := os.Getenv("WILLOW_HELPER_NODE_MASTER"); addr != "" {
 		os.Exit(helperNode(addr, os.Getenv("WILLOW_HELPER_NODE_ID")))
 	}

@@ -108,7 +108,7 @@ func (s *Server) Route(ctx context.Context, req *willowv1.RouteRequest) (*willow
 	if req.GetRole() == "" {
 		return nil, rpcstatus.New(codes.InvalidArgument, ReasonRole, "route: role missing")
 	}
-	v, err := s.cached(ctx)
+	v, err := s.cachedRole(ctx, req.GetRole())
 	if err != nil {
 		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "route: %v", err)
 	}

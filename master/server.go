@@ -185,11 +185,11 @@ type Server struct {
 	prober Prober
 	met    *metrics
 
-	mu      sync.Mutex // guards view, drills, windows, seen and leader
+	mu      sync.Mutex // guards view, drills and leader
 	view    *view      // last registry snapshot loaded from Redis
 	drills  []*willowv1.Drill
-	windows map[string][]sample // per node: heartbeats received by this master
-	seen    map[string]int64    // per node: last heartbeat this master received, unix ms
+	hb      *hbShards // per node: heartbeats received by this master (own locks)
+	dec     decodeCache
 	leader  bool
 	redisUp time.Time // since when Redis has answered; zero while it does not
 
@@ -211,7 +211,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg.ID = deps.Node.Config().ID
 	}
 	s := &Server{cfg: cfg, node: deps.Node, rdb: deps.Redis, now: deps.Now, log: deps.Logger,
-		prober: deps.Prober, view: &view{}, windows: map[string][]sample{}, seen: map[string]int64{}}
+		prober: deps.Prober, view: &view{}, hb: newHBShards()}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -1,0 +1,400 @@
+package master_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"willow/auth"
+	"willow/internal/testenv"
+	"willow/master"
+	"willow/node"
+	willowv1 "willow/proto/willow/v1"
+)
+
+// The fleet benchmark's master runs in a child process (this test binary
+// with WILLOW_FLEET_MASTER_REDIS set), so its CPU time and RSS are its
+// own, not the simulated nodes'.
+const (
+	fleetRedisEnv = "WILLOW_FLEET_MASTER_REDIS"
+	fleetSecret   = "fleet-cluster-secret"
+	fleetOncall   = "fleet-oncall-token"
+)
+
+// fleetMaster serves a master with node auth (the cluster secret) and an
+// on-call operator on 127.0.0.1, printing "ADDR host:port".
+func fleetMaster(redisURL string) int {
+	ops, err := auth.ParseOperators([]byte(auth.OperatorLine("fleet", fleetOncall, auth.RoleOncall)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	n, err := node.New(node.Config{ID: "master-1", Role: "master", Logger: quiet,
+		Auth: &auth.Config{ClusterSecret: fleetSecret, Operators: ops}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	rdb, err := redisClient(redisURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := master.New(master.Config{}, master.Deps{Node: n, Redis: rdb})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	go s.Run(ctx)
+	if p := os.Getenv("WILLOW_FLEET_CPUPROFILE"); p != "" { // 20 s of the master's CPU profile
+		f, err := os.Create(p)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			time.AfterFunc(20*time.Second, func() { pprof.StopCPUProfile(); f.Close() })
+		}
+	}
+	fmt.Println("ADDR", n.Addr())
+	if err := n.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func redisClient(url string) (*redis.Client, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(opt), nil
+}
+
+// procStat is a process's CPU time (user + system) and RSS from /proc.
+func procStat(pid int) (cpu time.Duration, rss int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	// Fields after the command: state is f[0]; utime f[11], stime f[12].
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const hz = 100 // USER_HZ on Linux
+	cpu = time.Duration(ut+st) * time.Second / hz
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, l := range strings.Split(string(s), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			rss = kb << 10
+		}
+	}
+	return cpu, rss, nil
+}
+
+// simNode is one simulated node: it registered, heartbeats at 1 Hz with
+// load figures, and holds a Watch stream.
+type simNode struct {
+	info  *willowv1.NodeInfo
+	creds grpc.CallOption
+	mc    willowv1.MasterClient
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s))*p+0.5) - 1 // nearest rank
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkFleet runs one master (a child process) on a real redis-server
+// against N simulated nodes in this process — each registers, heartbeats
+// every second with load figures and holds a Watch stream, with its own
+// node credential — and reports the master's CPU per heartbeat and RSS,
+// Route latency, and how long a flex change takes to reach every watcher.
+// One iteration is one flex change (and 20 Route calls); run it with
+// -benchtime 5x (make bench-fleet).
+func BenchmarkFleet(b *testing.B) {
+	for _, n := range []int{100, 1000, 5000} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) { benchFleet(b, n) })
+	}
+}
+
+func benchFleet(b *testing.B, n int) {
+	rd := testenv.StartRedis(b)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fleetRedisEnv+"="+rd.URL)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
+	if err != nil || !ok {
+		b.Fatalf("fleet master: %q %v", line, err)
+	}
+	go io.Copy(io.Discard, out)
+	pid := cmd.Process.Pid
+
+	// The nodes' gRPC addresses answer the master's health probes: one
+	// health server on many listeners, one listener per node, so the
+	// master keeps one probe connection per node as with a real fleet.
+	hs := grpc.NewServer(grpc.ReadBufferSize(4<<10), grpc.WriteBufferSize(4<<10))
+	healthpb.RegisterHealthServer(hs, health.NewServer())
+	b.Cleanup(hs.Stop)
+	nodeAddrs := make([]string, n)
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatalf("listener %d of %d: %v", i, n, err)
+		}
+		nodeAddrs[i] = l.Addr().String()
+		go hs.Serve(l)
+	}
+
+	// Simulated nodes share client connections (50 nodes a connection),
+	// each call carrying the node's own credential.
+	conns := make([]*grpc.ClientConn, (n+49)/50)
+	for i := range conns {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithReadBufferSize(16<<10), grpc.WithWriteBufferSize(16<<10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = c
+		b.Cleanup(func() { c.Close() })
+	}
+	roles := []string{"upload", "upload", "edgecache", "edgecache", "compress"}
+	regions := []string{"a", "b", "c"}
+	nodes := make([]*simNode, n)
+	for i := range n {
+		role := roles[i%len(roles)]
+		id := fmt.Sprintf("sim-%s-%05d", role, i)
+		nodes[i] = &simNode{
+			info: &willowv1.NodeInfo{Id: id, Role: role, Region: regions[i%len(regions)], Addr: nodeAddrs[i], Capacity: 8},
+			creds: grpc.PerRPCCredentials(auth.NodeCredentials{Secret: fleetSecret, ID: id, Role: role,
+				Instance: auth.NewInstance()}),
+			mc: willowv1.NewMasterClient(conns[i%len(conns)]),
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	// Register, 32 at a time.
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	var regErr atomic.Value
+	for _, sn := range nodes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+			defer rcancel()
+			if _, err := sn.mc.Register(rctx, &willowv1.RegisterRequest{Node: sn.info}, sn.creds); err != nil {
+				regErr.Store(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := regErr.Load().(error); err != nil {
+		b.Fatalf("register: %v", err)
+	}
+
+	// Heartbeats: each node every second, from a random phase, with
+	// load figures that move.
+	var hbOK, hbErr atomic.Int64
+	var lastHbErr atomic.Value
+	for i, sn := range nodes {
+		go func() {
+			r := rand.New(rand.NewPCG(uint64(i), 7))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(r.Int64N(int64(time.Second)))):
+			}
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				req := r.Int64N(2000)
+				load := &willowv1.Load{Cpu: 0.2 + 1.5*r.Float64(), InFlight: int32(r.IntN(40)), QueueMs: 20 * r.Float64(),
+					Requests: req, Errors: req / 500, SuccessRate: 0.998, RssBytes: 200<<20 + r.Int64N(100<<20),
+					NetBytesIn: r.Int64N(1 << 40), NetBytesOut: r.Int64N(1 << 40), Gauges: map[string]float64{"pool1_bytes": float64(r.IntN(1 << 30))}}
+				hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
+				resp, err := sn.mc.Heartbeat(hctx, &willowv1.HeartbeatRequest{Node: sn.info, Load: load}, sn.creds)
+				hcancel()
+				switch {
+				case ctx.Err() != nil:
+					return
+				case err != nil:
+					hbErr.Add(1)
+					lastHbErr.Store(err)
+				default:
+					hbOK.Add(1)
+					if resp.GetReregister() {
+						_, _ = sn.mc.Register(ctx, &willowv1.RegisterRequest{Node: sn.info}, sn.creds)
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	}
+
+	// Watch streams: each records when it first sees a version.
+	var seenMu sync.Mutex
+	seen := map[int64][]time.Time{} // flex version -> arrival times
+	var watching sync.WaitGroup
+	for _, sn := range nodes {
+		watching.Add(1)
+		go func() {
+			first := true
+			for ctx.Err() == nil {
+				st, err := sn.mc.Watch(ctx, &willowv1.WatchRequest{NodeId: sn.info.GetId()}, sn.creds)
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				for {
+					ev, err := st.Recv()
+					if err != nil {
+						break
+					}
+					at := time.Now()
+					if first {
+						first = false
+						watching.Done()
+					}
+					seenMu.Lock()
+					v := ev.GetFlex().GetVersion()
+					seen[v] = append(seen[v], at)
+					seenMu.Unlock()
+				}
+			}
+		}()
+	}
+	watching.Wait()
+	time.Sleep(3 * time.Second) // every node heartbeating, the master's caches warm
+
+	oncall := grpc.PerRPCCredentials(auth.Bearer(fleetOncall))
+	mc := willowv1.NewMasterClient(conns[0])
+	cpu0, _, err := procStat(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hb0, hbErr0, t0 := hbOK.Load(), hbErr.Load(), time.Now()
+	var prop, worst, route []time.Duration
+	missed := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+		start := time.Now()
+		resp, err := mc.SetFlex(sctx, &willowv1.SetFlexRequest{Token: fleetOncall, Reason: "fleet benchmark",
+			Knobs: map[string]string{"image_quality": strconv.Itoa(60 + i%30)}}, oncall)
+		scancel()
+		if err != nil {
+			b.Fatalf("SetFlex: %v", err)
+		}
+		v := resp.GetFlex().GetVersion()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			seenMu.Lock()
+			got := len(seen[v])
+			seenMu.Unlock()
+			if got >= n {
+				break
+			}
+			if time.Now().After(deadline) {
+				missed += n - got
+				b.Logf("flex version %d reached %d of %d watchers in 60 s", v, got, n)
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		seenMu.Lock()
+		var w time.Duration
+		for _, at := range seen[v] {
+			prop = append(prop, at.Sub(start))
+			w = max(w, at.Sub(start))
+		}
+		seenMu.Unlock()
+		worst = append(worst, w)
+		// Route calls from a node of each role, spread over a second.
+		for j := range 20 {
+			sn := nodes[(i*20+j)%n]
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			rs := time.Now()
+			_, err := sn.mc.Route(rctx, &willowv1.RouteRequest{Role: roles[j%len(roles)], Region: regions[j%len(regions)]}, sn.creds)
+			route = append(route, time.Since(rs))
+			rcancel()
+			if err != nil {
+				b.Fatalf("Route: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	b.StopTimer()
+	cpu1, rss, err := procStat(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hbs := hbOK.Load() - hb0
+	elapsed := time.Since(t0)
+	if e := hbErr.Load(); e > 0 {
+		b.Logf("N=%d: %d heartbeats failed (last: %v)", n, e, lastHbErr.Load())
+	}
+	if hbs == 0 {
+		b.Fatal("no heartbeat succeeded while measuring")
+	}
+	b.ReportMetric(ms(pct(prop, 0.5)), "propagation-p50-ms")
+	b.ReportMetric(ms(pct(prop, 0.99)), "propagation-p99-ms")
+	b.ReportMetric(ms(pct(worst, 1)), "propagation-max-ms")
+	b.ReportMetric(ms(pct(route, 0.5)), "route-p50-ms")
+	b.ReportMetric(ms(pct(route, 0.99)), "route-p99-ms")
+	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(hbs), "cpu-per-heartbeat-us")
+	b.ReportMetric(float64(cpu1-cpu0)/float64(elapsed), "master-cores")
+	b.ReportMetric(float64(hbs)/elapsed.Seconds(), "heartbeats/s")
+	b.ReportMetric(float64(rss)/(1<<20), "rss-mib")
+	b.ReportMetric(float64(hbErr.Load()-hbErr0)/elapsed.Seconds(), "heartbeats-failed/s")
+	b.ReportMetric(float64(missed), "watchers-missed")
+	b.ReportMetric(0, "ns/op")
+	cancel()
+}
