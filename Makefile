@@ -4,7 +4,7 @@ GOBIN := $(shell go env GOPATH)/bin
 export PATH := $(GOBIN):$(PATH)
 RUN_DIR ?= ./run
 
-.PHONY: setup build run test test-short test-faults bench bench-compress bench-timeline proto vet fmt fuzz
+.PHONY: setup build run test test-short test-faults soak bench bench-compress bench-timeline bench-fleet bench-ring proto vet fmt fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -30,6 +30,15 @@ test: setup vet
 test-faults: setup
 	WILLOW_FAULTS=1 go test -count=1 -v -timeout 30m ./faults/
 
+# The soak (faults/soak_test.go, about 10 minutes plus settling): a
+# deploy/local cluster under mixed load with pools forced on and off and
+# drained, abandoned uploads, poison photos, a front and an edge kill -9'd;
+# then disk use, RSS/goroutine trends and lost uploads are checked.
+# SOAK_DURATION sets the load time. `make test` skips it.
+SOAK_DURATION ?= 10m
+soak: setup
+	WILLOW_SOAK=1 WILLOW_SOAK_DURATION=$(SOAK_DURATION) go test -count=1 -v -run '^TestSoak$$' -timeout 60m ./faults/
+
 test-short:
 	go test -short -count=1 ./...
 
@@ -45,6 +54,17 @@ bench-compress: setup
 bench-timeline: setup
 	go test -run '^$$' -bench BenchmarkTimelineFanout -benchtime 20x -timeout 10m ./timeline
 	go test -run '^$$' -bench BenchmarkTimelineRelease -benchtime 1x -timeout 10m ./timeline
+
+# The master against a simulated fleet (BENCHMARKS.md): one master (a child
+# process) on redis-server, N = 100, 1000, 5000 nodes that register,
+# heartbeat at 1 Hz and hold a Watch stream; one iteration is a flex change.
+bench-fleet: setup
+	go test -run '^$$' -bench BenchmarkFleet -benchtime 5x -timeout 20m ./master
+
+# Edge ring churn (BENCHMARKS.md): 3, 10, 50 edges, one added or removed,
+# keys moved and the hit-ratio dip on a replayed Zipf trace.
+bench-ring: setup
+	go test -run '^$$' -bench BenchmarkRingChurn -benchtime 1x -timeout 20m ./edgecache/ring
 
 # Regenerates proto/willow/v1/*.pb.go with the generators pinned in
 # scripts/setup.sh (protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.5.1).

@@ -22,8 +22,11 @@
 #
 # Environment: WILLOW_LOCAL_PORT, WILLOW_LOCAL_NOBUILD=1 (reuse DIR/bin),
 # WILLOW_LOCAL_COMMIT_WAIT, WILLOW_LOCAL_WAIT (seconds to wait for health,
-# default 60). It runs plaintext: the willow CLI it waits with dials without
-# TLS.
+# default 60), WILLOW_LOCAL_UPLOAD_CONFIG (a config file every upload front
+# reads with -config, e.g. the soak's short staging_ttl),
+# WILLOW_LOCAL_EDGE_DISK_BYTES and WILLOW_LOCAL_EDGE_MEM_BYTES (each edge's
+# disk and memory tiers, default 256 and 64 MiB). It runs plaintext: the
+# willow CLI it waits with dials without TLS.
 set -euo pipefail
 [[ $# -eq 1 ]] || { echo "usage: $0 DIR" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -66,6 +69,13 @@ MASTERS=${MASTERS%,}
 
 make_credentials
 
+upload_config=()
+if [[ -n ${WILLOW_LOCAL_UPLOAD_CONFIG:-} ]]; then
+	[[ -f $WILLOW_LOCAL_UPLOAD_CONFIG ]] || die "WILLOW_LOCAL_UPLOAD_CONFIG: no file $WILLOW_LOCAL_UPLOAD_CONFIG"
+	cp "$WILLOW_LOCAL_UPLOAD_CONFIG" "$DIR/run/upload.yaml"
+	upload_config=(-config "$DIR/run/upload.yaml")
+fi
+
 # The download URL key (signs and verifies URLs; cluster.json carries it
 # for the CLI). WILLOW_LOCAL_URL_KEY pins the secret.
 URL_KEY_ID=local-1
@@ -75,7 +85,7 @@ URL_KEY_SECRET=${WILLOW_LOCAL_URL_KEY:-$(od -An -tx1 -N32 /dev/urandom | tr -d '
 	echo "$URL_KEY_ID $URL_KEY_SECRET" >"$DIR/run/url-key"
 	cat >"$DIR/run/edgecache.yaml" <<YAML
 edgecache:
-  disk_capacity_bytes: $((256 << 20))
+  disk_capacity_bytes: ${WILLOW_LOCAL_EDGE_DISK_BYTES:-$((256 << 20))}
   url_keys:
     - {id: $URL_KEY_ID, secret: "$URL_KEY_SECRET"}
 YAML
@@ -117,7 +127,7 @@ for r in a b; do
 			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -master "$MASTERS" -workers 1 "${S3[@]}"
 		ip=127.0.$net.$k
 		mkdir -p "$DIR/data/upload-$r-$k"
-		start "upload-$r-$k" upload "$r" "$ip:$BASE" "$BIN/upload" -id "upload-$r-$k" -region "$r" \
+		start "upload-$r-$k" upload "$r" "$ip:$BASE" "$BIN/upload" "${upload_config[@]}" -id "upload-$r-$k" -region "$r" \
 			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -master "$MASTERS" -redis "$REDIS_URL" \
 			-http "$ip:$((BASE + 2))" -cors-origins "http://${MASTER_IPS[0]}:$((BASE + 2))" \
 			-commit-wait "${WILLOW_LOCAL_COMMIT_WAIT:-2s}" -secret "$UPLOAD_SECRET" -staging "$DIR/data/upload-$r-$k/staging" -pool-dir "$DIR/data/upload-$r-$k/pools" \
@@ -126,7 +136,7 @@ for r in a b; do
 		mkdir -p "$DIR/data/edgecache-$r-$k"
 		start "edgecache-$r-$k" edgecache "$r" "$ip:$BASE" "$BIN/edgecache" -config "$DIR/run/edgecache.yaml" -id "edgecache-$r-$k" -region "$r" \
 			-grpc "$ip:$BASE" -admin "$ip:$((BASE + 1))" -http "$ip:$((BASE + 2))" -master "$MASTERS" \
-			-capacity $((64 << 20)) -disk-dir "$DIR/data/edgecache-$r-$k" "${S3[@]}"
+			-capacity ${WILLOW_LOCAL_EDGE_MEM_BYTES:-$((64 << 20))} -disk-dir "$DIR/data/edgecache-$r-$k" "${S3[@]}"
 	done
 done
 write_cluster_json
