@@ -530,7 +530,13 @@ func (h *HTTP) receive(r *http.Request, st *staged, off int64, me *inflight, pro
 	size := st.meta.Size
 	body := h.body(r, me)
 	for {
-		n, rerr := body.Read(buf)
+		// Whole buffers: one large write and hash per 256 KiB, not one per
+		// socket read (a few KiB each). What arrived before an error is
+		// still written.
+		n, rerr := io.ReadFull(body, buf)
+		if errors.Is(rerr, io.ErrUnexpectedEOF) {
+			rerr = io.EOF
+		}
 		if n > 0 {
 			h.m.body.Add(float64(n))
 			if off+int64(n) > size {
