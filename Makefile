@@ -4,7 +4,7 @@ GOBIN := $(shell go env GOPATH)/bin
 export PATH := $(GOBIN):$(PATH)
 RUN_DIR ?= ./run
 
-.PHONY: setup build run test test-short test-faults soak bench bench-compress bench-timeline bench-fleet bench-ring proto vet fmt fuzz
+.PHONY: setup build run test test-short test-faults soak bench bench-upload bench-compress bench-timeline bench-fleet bench-ring proto vet fmt fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -44,6 +44,15 @@ test-short:
 
 bench: setup
 	go test -run '^$$' -bench . -benchtime 1x ./... 
+
+# Upload front (BENCHMARKS.md): the gRPC front against a bare client stream
+# on tmpfs, subjects alternating per round; then one stock tus client
+# (tus-js-client) against tusd and Willow's tus endpoint, on disk and on
+# tmpfs, 1/5/50 MiB, 1 and 16 clients (WILLOW_BENCH_ROUNDS rounds, medians).
+bench-upload: setup
+	WILLOW_BENCH_DIR=/dev/shm go test -run '^$$' -bench 'BenchmarkUpload$$' -benchtime 20x -timeout 10m ./upload
+	WILLOW_BENCH_ROUNDS=3 go test -run '^$$' -bench BenchmarkTusVsTusd -benchtime 1x -timeout 20m ./upload
+	WILLOW_BENCH_DIR=/dev/shm WILLOW_BENCH_ROUNDS=3 go test -run '^$$' -bench BenchmarkTusVsTusd -benchtime 1x -timeout 20m ./upload
 
 bench-compress: setup
 	go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./compress/...

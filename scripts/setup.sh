@@ -46,6 +46,7 @@ fi
 # Go tools, pinned.
 declare -A GO_TOOLS=(
   [versitygw]="github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+  [tusd]="github.com/tus/tusd/v2/cmd/tusd@v2.9.1" # the upload benchmark's peer (make bench-upload)
   [protoc-gen-go]="google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
   [protoc-gen-go-grpc]="google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1"
   [grpcurl]="github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
