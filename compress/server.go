@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -124,6 +126,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 	}
 	s.m.initSeries()
+	// Auto-flex signals in every heartbeat.
+	deps.Node.AddLoad(func(l *willowv1.Load) {
+		l.QueueP99Ms = s.q.p99()
+		l.Backlog = s.waiting.Load()
+	})
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
 		return nil, err
 	}
@@ -446,6 +453,28 @@ func (q *queueStats) leave(tok uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.waiters, tok)
+}
+
+// p99 is the 99th percentile (nearest rank), in milliseconds, of the same
+// queueing times mean averages.
+func (q *queueStats) p99() float64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	q.trim(now)
+	ds := make([]time.Duration, 0, len(q.samples)+len(q.waiters))
+	for _, s := range q.samples {
+		ds = append(ds, s.d)
+	}
+	for _, t := range q.waiters {
+		ds = append(ds, now.Sub(t))
+	}
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(math.Ceil(0.99*float64(len(ds)))) - 1
+	return float64(ds[max(i, 0)]) / float64(time.Millisecond)
 }
 
 func (q *queueStats) mean() float64 {

@@ -382,6 +382,9 @@ func (e *autoEngine) ruleStates(now time.Time) []ruleView {
 				v.state = "clear"
 			}
 		}
+		if !st.known {
+			v.state = "no data" // no live node reports the signal: counts as clear
+		}
 		out[i] = v
 	}
 	return out

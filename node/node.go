@@ -118,6 +118,7 @@ type Config struct {
 // Node is a running service process. Create with New, register services
 // on Server, then Run.
 type Node struct {
+	hooks   loadHooks // loadsignals.go
 	cfg     Config
 	log     *slog.Logger
 	reg     *prometheus.Registry

@@ -110,6 +110,7 @@ func (n *Node) load() *willowv1.Load {
 	l.NetBytesIn, l.NetBytesOut = n.net.in.Load(), n.net.out.Load()
 	l.DiskBytesWritten, l.Fsyncs = iostat.Written(), iostat.Fsyncs()
 	l.SharedProcess = n.cfg.SharedProcess
+	n.applyHooks(l)
 	return l
 }
 

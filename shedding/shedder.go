@@ -411,6 +411,13 @@ func (s *Shedder) QueueMs() float64 {
 	return math.Float64frombits(s.lastQueue.Load())
 }
 
+// AdmitFraction is the share of the compound-key space the current level
+// admits, (Level+1)/(MaxLevel+1): 1 when nothing is shed. Heartbeats
+// report it for auto-flex.
+func (s *Shedder) AdmitFraction() float64 {
+	return float64(s.Level()+1) / float64(s.maxLevel+1)
+}
+
 // Level returns the current admission level: requests whose compound key
 // (business priority-1)*128 + user priority is at most Level are admitted.
 // MaxLevel means everything is admitted.

@@ -32,6 +32,7 @@ func (s *Server) findCommitted(ctx context.Context, key string) (Record, bool, e
 
 // persist makes the raw bytes and the record durable and returns where.
 func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.ReaderAt, size int64, deferred bool) (string, error) {
+	s.placed.Add(1)
 	k := s.node.Knobs()
 	id := media.ID{Loc: media.LocStore, Region: s.region, Node: s.nodeID, Key: key}
 	retiring := s.retiring.Load() // a retiring front spills only when the store fails

@@ -42,6 +42,7 @@ type Server struct {
 	upDir     string
 
 	storeLim *rate.Limiter
+	placed   node.RateCounter // persist calls, for the store_writes_per_s signal
 	drainLim *rate.Limiter
 
 	locks [256]sync.Mutex // per media key, striped: commit, drain, compress completion
@@ -134,6 +135,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.drainLim.SetLimit(rate.Limit(k.Pool1DrainPerS))
 	})
 	s.m = newMetrics(deps.Node.Registry())
+	// Auto-flex signal: uploads placed per second, the store writes the
+	// front needs whether or not the pools take them for now.
+	deps.Node.AddLoad(func(l *willowv1.Load) { l.StoreWritesPerS = s.placed.Rate(time.Now()) })
 	if err := s.scanStaging(); err != nil {
 		return nil, fmt.Errorf("upload: staging: %w", err)
 	}

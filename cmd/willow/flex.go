@@ -20,6 +20,8 @@ const flexUsage = `usage:
   willow flex knob NAME=VALUE... --reason R [--for D] [--scope S] [--expect VERSION] [--dry-run]
   willow flex history [--json] [--limit N]
   willow flex rollback --reason R [--expect VERSION]
+  willow flex auto status|on|off|dry-run           (see willow flex auto --help)
+  willow flex schedule --at TIME (set LEVEL | knob K=V) --reason R [--for D] | list | cancel ID
 levels: normal, blue, yellow, red; per-business knobs are shed_ratio.BUSINESS`
 
 // cmdFlex is `willow flex`: the on-call view and control of the flex state.
@@ -28,6 +30,9 @@ func cmdFlex(ctx context.Context, m *Main, args []string) error {
 		return usagef("%s", flexUsage)
 	}
 	sub, args := args[0], args[1:]
+	if sub == "auto" || sub == "schedule" {
+		return cmdFlexAuto(ctx, m, sub, args) // flex_auto.go
+	}
 	fs, g := m.newFlags("flex " + sub)
 	reason := fs.String("reason", "", "why (required for changes; kept in the audit log)")
 	forDur := fs.Duration("for", 0, "revert the change by itself after this long (e.g. 2h)")
@@ -64,11 +69,11 @@ func cmdFlex(ctx context.Context, m *Main, args []string) error {
 		if err != nil {
 			return err
 		}
-		if g.json {
-			return writeFlexJSON(m.Stdout, flex.NewStatus(st))
+		auto, pending, err := flexStatusExtras(ctx, mc)
+		if err != nil {
+			return err
 		}
-		printFlex(m.Stdout, st)
-		return nil
+		return printFlexStatus(m.Stdout, g.json, st, auto, pending)
 
 	case "set", "knob":
 		req := &willowv1.SetFlexRequest{Token: g.oncallToken(), ExpectedVersion: *expect, Scope: *scope,
