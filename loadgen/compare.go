@@ -12,6 +12,11 @@ import (
 type Comparison struct {
 	Off *Report `json:"flex_off"`
 	On  *Report `json:"flex_on"`
+	// OffLabel and OnLabel name the runs in report.md; default "flex off"
+	// and "flex on" (willow load run --auto-flex --compare: scripted and
+	// auto-flex).
+	OffLabel string `json:"off_label,omitempty"`
+	OnLabel  string `json:"on_label,omitempty"`
 }
 
 // WriteComparison writes report.json (both runs), report.md (side by
@@ -41,8 +46,15 @@ func WriteComparison(dir string, c Comparison) error {
 		return err
 	}
 	var md strings.Builder
-	fmt.Fprintf(&md, "# Load comparison: %s, flex off against flex on\n\n", c.On.Profile)
-	fmt.Fprintln(&md, "| | flex off | flex on |\n|---|---|---|")
+	offLabel, onLabel := c.OffLabel, c.OnLabel
+	if offLabel == "" {
+		offLabel = "flex off"
+	}
+	if onLabel == "" {
+		onLabel = "flex on"
+	}
+	fmt.Fprintf(&md, "# Load comparison: %s, %s against %s\n\n", c.On.Profile, offLabel, onLabel)
+	fmt.Fprintf(&md, "| | %s | %s |\n|---|---|---|\n", offLabel, onLabel)
 	row := func(name string, f func(*Report) string) {
 		fmt.Fprintf(&md, "| %s | %s | %s |\n", name, f(c.Off), f(c.On))
 	}

@@ -23,7 +23,7 @@ import (
 // cmdLoad runs a load profile: willow load run PROFILE --report DIR.
 func cmdLoad(ctx context.Context, m *Main, args []string) error {
 	if len(args) == 0 || args[0] != "run" {
-		return usagef("usage: willow load run PROFILE --report DIR (--master ADDR | --cluster FILE | --embedded) [--time-scale F] [--compare]")
+		return usagef("usage: willow load run PROFILE --report DIR (--master ADDR | --cluster FILE | --embedded) [--time-scale F] [--compare] [--auto-flex [--scripted PROFILE]]")
 	}
 	fs, g := m.newFlags("load run")
 	report := fs.String("report", "", "report directory (required)")
@@ -32,6 +32,8 @@ func cmdLoad(ctx context.Context, m *Main, args []string) error {
 	compare := fs.Bool("compare", false, "run twice, flex off and flex on, and compare")
 	region := fs.String("region", "a", "the load's client region")
 	maxOut := fs.Int("max-outstanding", loadgen.DefaultMaxOutstanding, "requests in flight before arrivals are dropped by the generator")
+	autoFlex := fs.Bool("auto-flex", false, "run with auto-flex on (the master steps the level from live signals); with --compare, against --scripted")
+	scripted := fs.String("scripted", "", "with --auto-flex --compare: the scripted profile to compare with (default PROFILE without -unscripted)")
 	pos, err := parse(fs, args[1:])
 	if err != nil {
 		return err
@@ -52,9 +54,13 @@ func cmdLoad(ctx context.Context, m *Main, args []string) error {
 			return err
 		}
 	}
-	runOne := func(flexOff bool) (*loadgen.Report, error) {
+	var steps []autoFlexStep // the auto-flex run's level steps (load_auto.go)
+	runProfile := func(prof *loadgen.Profile, flexOff, auto bool) (*loadgen.Report, error) {
 		mode := "flex-on"
-		if flexOff {
+		switch {
+		case auto:
+			mode = "auto-flex"
+		case flexOff:
 			mode = "flex-off"
 		}
 		tgt, closeTgt, err := loadTarget(ctx, m, g, *embedded, filepath.Join(*report, "cluster-"+mode), *region)
@@ -63,10 +69,40 @@ func cmdLoad(ctx context.Context, m *Main, args []string) error {
 		}
 		defer closeTgt()
 		fmt.Fprintf(m.Stderr, "willow load: %s (%s), %s\n", prof.Name, mode, prof.Total())
-		return loadgen.Run(ctx, loadgen.RunConfig{
+		var restore func() ([]autoFlexStep, error)
+		if auto {
+			if restore, err = startAutoFlex(ctx, tgt.Master); err != nil {
+				return nil, err
+			}
+		}
+		rep, err := loadgen.Run(ctx, loadgen.RunConfig{
 			Profile: prof, Target: tgt, FlexOff: flexOff, Mode: mode,
 			Progress: m.Stderr, TTY: isTerminal(m.Stderr), MaxOutstanding: *maxOut,
 		})
+		if restore != nil {
+			s, rerr := restore()
+			if err == nil && rerr != nil {
+				err = rerr
+			}
+			steps = s
+		}
+		return rep, err
+	}
+	runOne := func(flexOff bool) (*loadgen.Report, error) { return runProfile(prof, flexOff, *autoFlex) }
+	if *compare && *autoFlex {
+		sp, err := scriptedProfile(pos[0], *scripted, *scale)
+		if err != nil {
+			return err
+		}
+		base, err := runProfile(sp, false, false)
+		if err != nil {
+			return err
+		}
+		auto, err := runProfile(prof, false, true)
+		if err != nil {
+			return err
+		}
+		return writeAutoComparison(m.Stdout, *report, base, auto, steps)
 	}
 	if *compare {
 		off, err := runOne(true)
@@ -90,6 +126,9 @@ func cmdLoad(ctx context.Context, m *Main, args []string) error {
 	}
 	if err := rep.Write(*report); err != nil {
 		return err
+	}
+	if *autoFlex {
+		return writeAutoResult(m.Stdout, *report, rep, steps)
 	}
 	fmt.Fprintf(m.Stdout, "{\"report\":%q,\"goodput_per_s\":%.2f,\"uploads_ok\":%d,\"lost\":%d}\n",
 		filepath.Join(*report, "report.md"), rep.Totals.GoodputPerS, rep.Totals.Upload.Succeeded, rep.Totals.Lost)
