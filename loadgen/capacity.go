@@ -36,27 +36,62 @@ type PlanConfig struct {
 	// LowPriorityShare is the share of uploads from businesses the red
 	// level sheds; default from the calibration's business mix, else 0.1.
 	LowPriorityShare float64
+	// Per-node budgets of the other resources; zero means the default.
+	MemPerNodeMiB float64 // default DefaultMemPerNodeMiB
+	NICMBps       float64 // network, MB/s each way; default DefaultNICMBps
+	DiskMBps      float64 // disk writes; default DefaultDiskMBps
+	FsyncsPerS    float64 // default DefaultFsyncsPerS
+	// Central configures the checks of the central pieces against the
+	// curves (Nodes > 0 turns them on).
+	Central CentralConfig
 }
+
+// Default per-node budgets.
+const (
+	DefaultMemPerNodeMiB = 4096
+	DefaultNICMBps       = 125 // 1 Gbit/s
+	DefaultDiskMBps      = 200
+	DefaultFsyncsPerS    = 1000
+)
+
+// Resources a module's capacity can be bound by.
+const (
+	ResCPU     = "cpu"
+	ResMemory  = "memory"
+	ResNetwork = "network"
+	ResDisk    = "disk"
+	ResFsyncs  = "fsyncs"
+)
 
 // ModulePlan is the plan for one module.
 type ModulePlan struct {
-	Module       string  `json:"module"`
-	Driver       string  `json:"driver"` // uploads | downloads
-	BaseRate     float64 `json:"base_rate_per_s"`
-	CPUPerReq    float64 `json:"cpu_ms_per_request"`
-	CPUCores     float64 `json:"cpu_cores_at_base"`
-	BudgetCores  float64 `json:"budget_cores"`
-	MemRSSMiB    float64 `json:"mem_rss_mib"`
-	NetMBps      float64 `json:"net_mb_per_s_at_base"`
-	Capacity     float64 `json:"capacity_per_s"`
-	Demand       float64 `json:"demand_per_s"`
-	Growth       float64 `json:"growth_it_can_take"`
-	Gap          float64 `json:"gap_per_s"`
-	ClosedBy     string  `json:"closed_by"`
-	AfterFlex    float64 `json:"capacity_after_flex_per_s"`
-	Uncovered    float64 `json:"uncovered_per_s"`
-	Verdict      string  `json:"verdict"`
-	DeferredNote string  `json:"note,omitempty"`
+	Module      string  `json:"module"`
+	Driver      string  `json:"driver"` // uploads | downloads
+	BaseRate    float64 `json:"base_rate_per_s"`
+	CPUPerReq   float64 `json:"cpu_ms_per_request"`
+	CPUCores    float64 `json:"cpu_cores_at_base"`
+	BudgetCores float64 `json:"budget_cores"`
+	MemRSSMiB   float64 `json:"mem_rss_mib"`
+	NetMBps     float64 `json:"net_mb_per_s_at_base"`
+	// Measured per module from heartbeats (0 when not reported).
+	Nodes      int     `json:"nodes"`
+	NetInMBps  float64 `json:"net_in_mb_per_s_at_base"`
+	NetOutMBps float64 `json:"net_out_mb_per_s_at_base"`
+	DiskMBps   float64 `json:"disk_write_mb_per_s_at_base"`
+	FsyncsPerS float64 `json:"fsyncs_per_s_at_base"`
+	// CapacityBy is the rate each resource's budget allows; Capacity is
+	// their minimum and Binding names it.
+	CapacityBy   map[string]float64 `json:"capacity_by_resource_per_s"`
+	Binding      string             `json:"binding"`
+	Capacity     float64            `json:"capacity_per_s"`
+	Demand       float64            `json:"demand_per_s"`
+	Growth       float64            `json:"growth_it_can_take"`
+	Gap          float64            `json:"gap_per_s"`
+	ClosedBy     string             `json:"closed_by"`
+	AfterFlex    float64            `json:"capacity_after_flex_per_s"`
+	Uncovered    float64            `json:"uncovered_per_s"`
+	Verdict      string             `json:"verdict"`
+	DeferredNote string             `json:"note,omitempty"`
 }
 
 // Plan is the pre-holiday capacity review.
@@ -66,6 +101,26 @@ type Plan struct {
 	Modules     []ModulePlan       `json:"modules"`
 	// Warning says when the figures cannot be trusted per module.
 	Warning string `json:"warning,omitempty"`
+	// Shared says every role ran in one process (--embedded, willow up):
+	// only Totals are real.
+	Shared bool    `json:"shared_process"`
+	Totals *Totals `json:"totals,omitempty"`
+	// Budgets are the per-node budgets used.
+	Budgets map[string]float64 `json:"budgets_per_node"`
+	// Central are the central pieces checked against the curves.
+	Central []CentralCheck `json:"central,omitempty"`
+	// Notes say what was not measured.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Totals are the whole calibration cluster's figures at the base rate.
+type Totals struct {
+	CPUCores   float64 `json:"cpu_cores"`
+	RSSMiB     float64 `json:"rss_mib"`
+	NetInMBps  float64 `json:"net_in_mb_per_s"`
+	NetOutMBps float64 `json:"net_out_mb_per_s"`
+	DiskMBps   float64 `json:"disk_write_mb_per_s"`
+	FsyncsPerS float64 `json:"fsyncs_per_s"`
 }
 
 // LoadCalibration reads a report.json written by `willow load run` (a
@@ -113,8 +168,20 @@ func ParseGrowth(s string) (map[string]float64, error) {
 	return out, nil
 }
 
+// roleUse is a role's mean resource use over the calibration.
+type roleUse struct {
+	rssBytes                 float64 // all the role's nodes
+	netIn, netOut, disk, fsy float64 // per second
+	nodes                    int
+	rated, shared            bool
+}
+
 // MakePlan computes the capacity plan from a calibration run. A module's
-// capacity is its budgeted CPU divided by its measured CPU per request.
+// capacity is the minimum over its resources of the rate each budget
+// allows: CPU (budgeted cores / CPU per request), memory (per-node budget
+// x nodes against the measured RSS, taken as growing with load), network
+// (NIC budget each way against the bytes in or out) and, where the module
+// writes to disk, disk bytes and fsyncs. Binding names the minimum.
 func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 	if cfg.JPEGCPURatio <= 0 {
 		cfg.JPEGCPURatio = 0.2
@@ -124,6 +191,18 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 	}
 	if cfg.LowPriorityShare <= 0 {
 		cfg.LowPriorityShare = 0.1
+	}
+	if cfg.MemPerNodeMiB <= 0 {
+		cfg.MemPerNodeMiB = DefaultMemPerNodeMiB
+	}
+	if cfg.NICMBps <= 0 {
+		cfg.NICMBps = DefaultNICMBps
+	}
+	if cfg.DiskMBps <= 0 {
+		cfg.DiskMBps = DefaultDiskMBps
+	}
+	if cfg.FsyncsPerS <= 0 {
+		cfg.FsyncsPerS = DefaultFsyncsPerS
 	}
 	growth := func(kind string) float64 {
 		if g, ok := cfg.Growth[kind]; ok {
@@ -138,6 +217,8 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 	var upRate, downRate, upBytes, downBytes, rss float64
 	cpu := map[string]float64{}
 	nodes := map[string]int{}
+	use := map[string]*roleUse{}
+	rated := map[string]float64{}
 	n := 0.0
 	for _, s := range cal.Seconds {
 		if s.Upload.Succeeded == 0 && s.Download.Succeeded == 0 {
@@ -157,6 +238,24 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 		if s.MemRSSBytes > rss {
 			rss = s.MemRSSBytes
 		}
+		for role, rr := range s.Resources {
+			u := use[role]
+			if u == nil {
+				u = &roleUse{}
+				use[role] = u
+			}
+			u.rssBytes = max(u.rssBytes, rr.RSSBytes)
+			u.nodes = max(u.nodes, rr.Nodes)
+			u.shared = u.shared || rr.SharedProcess
+			if rr.Rated {
+				u.rated = true
+				rated[role]++
+				u.netIn += rr.NetInBps
+				u.netOut += rr.NetOutBps
+				u.disk += rr.DiskWriteBps
+				u.fsy += rr.FsyncsPerS
+			}
+		}
 	}
 	if n == 0 {
 		return nil, fmt.Errorf("calibration has no second with a success")
@@ -165,33 +264,67 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 	for k := range cpu {
 		cpu[k] /= n
 	}
-	p := &Plan{Calibration: cal.Profile + " (" + cal.Mode + ")", Growth: cfg.Growth}
-	if sameCPU(cpu) {
+	shared := false
+	for role, u := range use {
+		if c := rated[role]; c > 0 {
+			u.netIn, u.netOut, u.disk, u.fsy = u.netIn/c, u.netOut/c, u.disk/c, u.fsy/c
+		}
+		shared = shared || u.shared
+	}
+	p := &Plan{Calibration: cal.Profile + " (" + cal.Mode + ")", Growth: cfg.Growth, Shared: shared,
+		Budgets: map[string]float64{"cpu_cores": cfg.CoresPerNode, "mem_mib": cfg.MemPerNodeMiB, "nic_mb_per_s": cfg.NICMBps,
+			"disk_mb_per_s": cfg.DiskMBps, "fsyncs_per_s": cfg.FsyncsPerS}}
+	if len(use) == 0 {
+		p.Notes = append(p.Notes, "the calibration has no per-role resource counters (recorded before heartbeats carried them): "+
+			"capacity is CPU only and RSS is the largest process's")
+	}
+	switch {
+	case shared:
+		p.Totals = totals(cpu, use)
+		p.Warning = fmt.Sprintf("every role ran in one process (--embedded / willow up), so only the totals are real: "+
+			"the process used %.2f cores, %.0f MiB RSS, wrote %.2f MB/s and %.1f fsyncs/s to disk; the per-module CPU, RSS and disk "+
+			"figures below are that process's, repeated, and the capacities built on them are not per module "+
+			"(network bytes are counted per node and are per module); calibrate on deploy/local or a real cluster",
+			p.Totals.CPUCores, p.Totals.RSSMiB, p.Totals.DiskMBps, p.Totals.FsyncsPerS)
+	case sameCPU(cpu):
 		p.Warning = "every role reported the same CPU: the calibration ran all services in one process (willow up / --embedded), " +
-			"so per-module CPU is the whole process's; calibrate on deploy/local or a real cluster for per-module figures"
+			"so only the totals are real and per-module CPU is the whole process's; calibrate on deploy/local or a real cluster for per-module figures"
 	}
 	type mod struct {
 		name, driver string
 		rate, net    float64
-		flex         func(capacity float64) (float64, string)
+		// flex returns the demand the module's flex levels take off (a
+		// factor on every resource) or the CPU they save (cpuOnly).
+		flex func() (factor float64, cpuOnly bool, how string)
 	}
 	mods := []mod{
-		{"upload", "uploads", upRate, upBytes / 1e6, func(c float64) (float64, string) {
-			f := 1 / (1 - cfg.LowPriorityShare)
-			return c * f, fmt.Sprintf("retries=off, coarse shed of low-priority businesses (%.0f%% of uploads), overflow to pool1", cfg.LowPriorityShare*100)
+		{"upload", "uploads", upRate, upBytes / 1e6, func() (float64, bool, string) {
+			return 1 / (1 - cfg.LowPriorityShare), false, fmt.Sprintf("retries=off, coarse shed of low-priority businesses (%.0f%% of uploads), overflow to pool1", cfg.LowPriorityShare*100)
 		}},
-		{"compress", "uploads", upRate, upBytes / 1e6, func(c float64) (float64, string) {
-			return c / cfg.JPEGCPURatio, fmt.Sprintf("image_codec=jpeg q50 (compress CPU x%.2f), video_bitrate_kbps=1200 armed hours ahead; pool1 defers the rest", cfg.JPEGCPURatio)
+		{"compress", "uploads", upRate, upBytes / 1e6, func() (float64, bool, string) {
+			return 1 / cfg.JPEGCPURatio, true, fmt.Sprintf("image_codec=jpeg q50 (compress CPU x%.2f), video_bitrate_kbps=1200 armed hours ahead; pool1 defers the rest", cfg.JPEGCPURatio)
 		}},
-		{"edgecache", "downloads", downRate, downBytes / 1e6, func(c float64) (float64, string) {
-			return c / (1 - cfg.TimelineDelay), fmt.Sprintf("timeline_delay_ratio=%.1f (held notifications trigger no downloads), shed_ratio.prefetch", cfg.TimelineDelay)
+		{"edgecache", "downloads", downRate, downBytes / 1e6, func() (float64, bool, string) {
+			return 1 / (1 - cfg.TimelineDelay), false, fmt.Sprintf("timeline_delay_ratio=%.1f (held notifications trigger no downloads), shed_ratio.prefetch", cfg.TimelineDelay)
 		}},
-		{"timeline", "uploads", upRate, 0, func(c float64) (float64, string) {
-			return c / (1 - cfg.TimelineDelay), fmt.Sprintf("timeline_delay_ratio=%.1f, release capped by timeline_release_per_s", cfg.TimelineDelay)
+		{"timeline", "uploads", upRate, 0, func() (float64, bool, string) {
+			return 1 / (1 - cfg.TimelineDelay), false, fmt.Sprintf("timeline_delay_ratio=%.1f, release capped by timeline_release_per_s", cfg.TimelineDelay)
 		}},
 	}
 	for _, m := range mods {
-		mp := ModulePlan{Module: m.name, Driver: m.driver, BaseRate: m.rate, CPUCores: cpu[m.name], MemRSSMiB: rss / (1 << 20), NetMBps: m.net}
+		mp := ModulePlan{Module: m.name, Driver: m.driver, BaseRate: m.rate, CPUCores: cpu[m.name], MemRSSMiB: rss / (1 << 20), NetMBps: m.net,
+			CapacityBy: map[string]float64{}}
+		u := use[m.name]
+		mp.Nodes = nodes[m.name]
+		if u != nil {
+			mp.MemRSSMiB = u.rssBytes / (1 << 20)
+			mp.Nodes = max(mp.Nodes, u.nodes)
+			if u.rated {
+				mp.NetInMBps, mp.NetOutMBps = u.netIn/1e6, u.netOut/1e6
+				mp.NetMBps = mp.NetInMBps + mp.NetOutMBps
+				mp.DiskMBps, mp.FsyncsPerS = u.disk/1e6, u.fsy
+			}
+		}
 		if m.rate > 0 {
 			mp.CPUPerReq = 1000 * cpu[m.name] / m.rate
 		}
@@ -213,7 +346,22 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 			cores = 2 * cpu[m.name]
 		}
 		mp.BudgetCores = cores
-		mp.Capacity = cores / (mp.CPUPerReq / 1000)
+		k := float64(max(mp.Nodes, 1))
+		mp.CapacityBy[ResCPU] = cores / (mp.CPUPerReq / 1000)
+		if u != nil && u.rssBytes > 0 {
+			// Conservative: RSS taken as growing in proportion to load.
+			mp.CapacityBy[ResMemory] = m.rate * cfg.MemPerNodeMiB * k / mp.MemRSSMiB
+		}
+		if net := max(mp.NetInMBps, mp.NetOutMBps); net > 0 {
+			mp.CapacityBy[ResNetwork] = m.rate * cfg.NICMBps * k / net
+		}
+		if mp.DiskMBps > 0 {
+			mp.CapacityBy[ResDisk] = m.rate * cfg.DiskMBps * k / mp.DiskMBps
+		}
+		if mp.FsyncsPerS > 0 {
+			mp.CapacityBy[ResFsyncs] = m.rate * cfg.FsyncsPerS * k / mp.FsyncsPerS
+		}
+		mp.Binding, mp.Capacity = binding(mp.CapacityBy)
 		if m.rate > 0 {
 			mp.Growth = mp.Capacity / m.rate
 		}
@@ -223,7 +371,20 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 		case mp.Gap == 0:
 			mp.Verdict = "fits"
 		default:
-			mp.AfterFlex, mp.ClosedBy = m.flex(mp.Capacity)
+			f, cpuOnly, how := m.flex()
+			after := map[string]float64{}
+			for r, c := range mp.CapacityBy {
+				after[r] = c
+				if !cpuOnly || r == ResCPU {
+					after[r] = c * f
+				}
+			}
+			var still string
+			still, mp.AfterFlex = binding(after)
+			mp.ClosedBy = how
+			if still != mp.Binding {
+				mp.ClosedBy += "; then bound by " + still
+			}
 			mp.Uncovered = math.Max(0, mp.Demand-mp.AfterFlex)
 			if mp.Uncovered == 0 {
 				mp.Verdict = "gap closed by flex"
@@ -235,7 +396,42 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 		p.Modules = append(p.Modules, mp)
 	}
 	sort.SliceStable(p.Modules, func(i, j int) bool { return p.Modules[i].Uncovered > p.Modules[j].Uncovered })
+	if cfg.Central.Nodes > 0 {
+		p.Central = checkCentral(p, cfg.Central, nodes, growth)
+	}
 	return p, nil
+}
+
+// binding returns the resource with the smallest capacity, CPU first on
+// ties.
+func binding(by map[string]float64) (string, float64) {
+	best, c := "", math.Inf(1)
+	for _, r := range []string{ResCPU, ResMemory, ResNetwork, ResDisk, ResFsyncs} {
+		if v, ok := by[r]; ok && v < c {
+			best, c = r, v
+		}
+	}
+	if best == "" {
+		return "", 0
+	}
+	return best, c
+}
+
+// totals sums the calibration cluster: in one process every role reports
+// the process's CPU, RSS and disk, so those are taken once; network is
+// counted per node and summed.
+func totals(cpu map[string]float64, use map[string]*roleUse) *Totals {
+	t := &Totals{}
+	for role, u := range use {
+		per := float64(max(u.nodes, 1))
+		t.CPUCores = math.Max(t.CPUCores, cpu[role]/per)
+		t.RSSMiB = math.Max(t.RSSMiB, u.rssBytes/per/(1<<20))
+		t.DiskMBps = math.Max(t.DiskMBps, u.disk/per/1e6)
+		t.FsyncsPerS = math.Max(t.FsyncsPerS, u.fsy/per)
+		t.NetInMBps += u.netIn / 1e6
+		t.NetOutMBps += u.netOut / 1e6
+	}
+	return t
 }
 
 // sameCPU reports whether every role's CPU is within 2% of the others'
@@ -269,11 +465,25 @@ func (p *Plan) WriteText(w io.Writer) {
 	if p.Warning != "" {
 		fmt.Fprintf(w, "WARNING: %s.\n\n", p.Warning)
 	}
-	fmt.Fprintln(w, "| module | base/s | CPU ms/req | cores used | budget cores | RSS MiB | net MB/s | capacity/s | demand/s | growth ok | gap/s | after flex/s | uncovered/s | verdict |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	if p.Totals != nil {
+		t := p.Totals
+		fmt.Fprintf(w, "Totals (the only real figures of a one-process run): %.2f cores, %.0f MiB RSS, net in %.2f MB/s, out %.2f MB/s, disk %.2f MB/s, %.1f fsyncs/s.\n\n",
+			t.CPUCores, t.RSSMiB, t.NetInMBps, t.NetOutMBps, t.DiskMBps, t.FsyncsPerS)
+	}
+	fmt.Fprintln(w, "| module | nodes | base/s | CPU ms/req | cores used | budget cores | RSS MiB | net in/out MB/s | disk MB/s | fsyncs/s | capacity/s by cpu/mem/net/disk/fsync | capacity/s | bound by | demand/s | growth ok | gap/s | after flex/s | uncovered/s | verdict |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range p.Modules {
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.2f | %s | %.1f | x%.1f | %.1f | %s | %.1f | %s |\n",
-			m.Module, m.BaseRate, m.CPUPerReq, m.CPUCores, m.BudgetCores, m.MemRSSMiB, m.NetMBps, fmtRate(m.Capacity), m.Demand, m.Growth, m.Gap, fmtRate(m.AfterFlex), m.Uncovered, m.Verdict)
+		var by []string
+		for _, r := range []string{ResCPU, ResMemory, ResNetwork, ResDisk, ResFsyncs} {
+			if v, ok := m.CapacityBy[r]; ok {
+				by = append(by, fmt.Sprintf("%.1f", v))
+			} else {
+				by = append(by, "-")
+			}
+		}
+		fmt.Fprintf(w, "| %s | %d | %.1f | %.1f | %.2f | %.1f | %.0f | %.2f/%.2f | %.2f | %.1f | %s | %s | %s | %.1f | x%.1f | %.1f | %s | %.1f | %s |\n",
+			m.Module, m.Nodes, m.BaseRate, m.CPUPerReq, m.CPUCores, m.BudgetCores, m.MemRSSMiB, m.NetInMBps, m.NetOutMBps, m.DiskMBps, m.FsyncsPerS,
+			strings.Join(by, " / "), fmtRate(m.Capacity), m.Binding, m.Demand, m.Growth, m.Gap, fmtRate(m.AfterFlex), m.Uncovered, m.Verdict)
 	}
 	fmt.Fprintln(w)
 	for _, m := range p.Modules {
@@ -284,6 +494,18 @@ func (p *Plan) WriteText(w io.Writer) {
 			}
 			fmt.Fprintln(w)
 		}
+	}
+	if len(p.Central) > 0 {
+		fmt.Fprintln(w, "\nCentral pieces (curves from BENCHMARKS.md, loadgen/curves.go):")
+		for _, c := range p.Central {
+			fmt.Fprintf(w, "- %s: %s\n", c.Piece, c.Figure)
+			if c.Warning != "" {
+				fmt.Fprintf(w, "  WARNING: %s\n", c.Warning)
+			}
+		}
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "\nNote: %s.\n", n)
 	}
 }
 

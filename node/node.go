@@ -112,7 +112,7 @@ type Config struct {
 	// SharedProcess says other nodes run in this process (willow up, the
 	// one-box cluster): its RSS and disk counters are the process's, and
 	// heartbeats say so (Load.shared_process).
-	SharedProcess bool
+	SharedProcess bool `yaml:"-"`
 }
 
 // Node is a running service process. Create with New, register services

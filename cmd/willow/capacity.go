@@ -12,7 +12,7 @@ import (
 // cmdCapacity: willow capacity plan --calibration report.json --growth uploads=9,downloads=1.
 func cmdCapacity(ctx context.Context, m *Main, args []string) error {
 	if len(args) == 0 || args[0] != "plan" {
-		return usagef("usage: willow capacity plan --calibration report.json --growth uploads=9,downloads=1 [--budget compress=2,...] [--cores compress=4,...]")
+		return usagef("usage: willow capacity plan --calibration report.json --growth uploads=9,downloads=1 [--budget compress=2,...] [--cores compress=4,...] [--nodes N --followers p50=200,p99=3000]")
 	}
 	fs, g := m.newFlags("capacity plan")
 	cal := fs.String("calibration", "", "report.json of a calibration run (required)")
@@ -21,6 +21,15 @@ func cmdCapacity(ctx context.Context, m *Main, args []string) error {
 	perNode := fs.Float64("cores-per-node", 1, "cores each node is provisioned with (default budget: nodes x this)")
 	cores := fs.String("cores", "", "per-module absolute CPU budget in cores, overriding --budget")
 	jpeg := fs.Float64("jpeg-cpu-ratio", 0.2, "compress CPU of jpeg q50 relative to heic (from make bench-compress)")
+	mem := fs.Float64("mem-per-node", loadgen.DefaultMemPerNodeMiB, "memory budget per node, MiB")
+	nic := fs.Float64("nic-mbps", loadgen.DefaultNICMBps, "network budget per node, MB/s each way")
+	disk := fs.Float64("disk-mbps", loadgen.DefaultDiskMBps, "disk write budget per node, MB/s")
+	fsyncs := fs.Float64("fsyncs-per-s", loadgen.DefaultFsyncsPerS, "fsync budget per node")
+	fleet := fs.Int("nodes", 0, "fleet size (every role) to check the master, Redis and the edge against the curves")
+	followers := fs.String("followers", "", "follower distribution, e.g. p50=200,p99=3000")
+	redis := fs.String("redis", "server", "timeline Redis: server (one redis-server) or cluster (3 masters)")
+	masterCores := fs.Float64("master-cores", 1, "the master's CPU budget, cores")
+	viewWindow := fs.Duration("view-window", 0, "time over which a post's followers fetch it (edge hot key); default 5m")
 	if _, err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -39,11 +48,27 @@ func cmdCapacity(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return usagef("--cores: %v", err)
 	}
+	if *fleet < 0 {
+		return usagef("--nodes must be >= 0")
+	}
+	if *redis != "server" && *redis != "cluster" {
+		return usagef("--redis %q: want server or cluster", *redis)
+	}
+	central := loadgen.CentralConfig{Nodes: *fleet, Redis: *redis, MasterCores: *masterCores, ViewWindowS: viewWindow.Seconds()}
+	if *followers != "" {
+		if central.FollowersP50, central.FollowersP99, err = loadgen.ParseFollowers(*followers); err != nil {
+			return usagef("--followers: %v", err)
+		}
+		if *fleet == 0 {
+			return usagef("--followers needs --nodes")
+		}
+	}
 	rep, err := loadgen.LoadCalibration(*cal)
 	if err != nil {
 		return err
 	}
-	plan, err := loadgen.MakePlan(rep, loadgen.PlanConfig{Growth: gr, Budget: bud, Cores: cor, CoresPerNode: *perNode, JPEGCPURatio: *jpeg})
+	plan, err := loadgen.MakePlan(rep, loadgen.PlanConfig{Growth: gr, Budget: bud, Cores: cor, CoresPerNode: *perNode, JPEGCPURatio: *jpeg,
+		MemPerNodeMiB: *mem, NICMBps: *nic, DiskMBps: *disk, FsyncsPerS: *fsyncs, Central: central})
 	if err != nil {
 		return err
 	}
