@@ -186,7 +186,8 @@ func TestCentralPiecesReadTheCurves(t *testing.T) {
 	if !near(e.Demand, 10) || e.Warning == "" {
 		t.Errorf("edge check %+v", e)
 	}
-	if m := by["master"]; m.Figure == "" {
+	// BenchmarkFleet: 7000 nodes is past what one master kept up with.
+	if m := by["master"]; m.Figure == "" || m.Warning == "" {
 		t.Errorf("master check %+v", m)
 	}
 	var out bytes.Buffer
