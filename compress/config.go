@@ -51,37 +51,40 @@ const (
 func DefaultWorkers() int { return runtime.GOMAXPROCS(0) }
 
 // Config configures a Server. Zero values mean the documented defaults.
+// The yaml tags are the keys of the compress: section of cmd/compress's
+// config file; the fields tagged "-" are set by code (Limits from the
+// file's limits: section, which the upload fronts share).
 type Config struct {
 	// Workers is how many tasks run at once; default DefaultWorkers().
-	Workers int
+	Workers int `yaml:"workers"`
 	// QueueLen is how many tasks may wait for a worker; default
 	// DefaultQueueLen. Negative means no queue (0 is the default).
-	QueueLen int
+	QueueLen int `yaml:"queue_len"`
 	// TaskTimeout caps a task's life (queue + work) when the caller's
 	// deadline is later or absent; default DefaultTaskTimeout.
-	TaskTimeout time.Duration
+	TaskTimeout time.Duration `yaml:"task_timeout"`
 	// Limits bound raw inputs (bytes), images and video frames (pixels);
 	// they are the upload front's limits, from the same config (package
 	// limits); zero fields mean the limits defaults.
-	Limits limits.Limits
+	Limits limits.Limits `yaml:"-"`
 	// TempDir holds ffmpeg's per-task directories; default os.TempDir().
-	TempDir string
+	TempDir string `yaml:"temp_dir"`
 	// HEICPreset is the x265 preset; default DefaultHEICPreset.
-	HEICPreset string
+	HEICPreset string `yaml:"heic_preset"`
 	// X264Preset is the libx264 preset; default DefaultX264Preset.
-	X264Preset string
+	X264Preset string `yaml:"x264_preset"`
 	// FFmpeg and FFprobe are the binaries; default "ffmpeg", "ffprobe".
-	FFmpeg  string
-	FFprobe string
+	FFmpeg  string `yaml:"ffmpeg"`
+	FFprobe string `yaml:"ffprobe"`
 	// RetryAfter is the hint sent with overload errors; default
 	// DefaultRetryAfter.
-	RetryAfter time.Duration
+	RetryAfter time.Duration `yaml:"retry_after"`
 	// StoreTimeout bounds each store call; default DefaultStoreTimeout.
-	StoreTimeout time.Duration
+	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// Logger; default the node's logger.
-	Logger *slog.Logger
+	Logger *slog.Logger `yaml:"-"`
 	// Now; default time.Now.
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 }
 
 // Deps are the Server's collaborators.

@@ -163,6 +163,10 @@ func declaredFlags(t *testing.T, dir string) []string {
 // TestConfigFilesMatchBinaries checks every key of the per-role config files
 // in the willow-config ConfigMap is a yaml field the role's binary declares
 // (the binaries decode with KnownFields, so an unknown key stops a pod).
+// The binary's config file type is built of its packages' Config types,
+// so the yaml tags are read from the command, cmd/internal/daemon and the
+// willow packages they import; each cmd/ROLE test also decodes its file
+// the way the binary does (daemontest.ConfigMap).
 func TestConfigFilesMatchBinaries(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("k8s", "base", "config.yaml"))
 	if err != nil {
@@ -180,7 +184,7 @@ func TestConfigFilesMatchBinaries(t *testing.T) {
 			t.Errorf("willow-config has no %s.yaml", role)
 			continue
 		}
-		tags := yamlTags(t, filepath.Join("..", "cmd", role))
+		tags := yamlTags(t, configSources(t, filepath.Join("..", "cmd", role)))
 		var doc map[string]any
 		if err := yaml.Unmarshal([]byte(body), &doc); err != nil {
 			t.Fatalf("%s.yaml: %v", role, err)
@@ -200,11 +204,39 @@ func TestConfigFilesMatchBinaries(t *testing.T) {
 	}
 }
 
-// yamlTags returns the names in the `yaml:"..."` struct tags of a command's
-// non-test sources.
-func yamlTags(t *testing.T, dir string) []string {
+// configSources lists a command's non-test Go files, those of
+// cmd/internal/daemon and those of the willow packages either imports.
+func configSources(t *testing.T, dir string) []string {
 	t.Helper()
 	files := commandSources(t, dir)
+	seen := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		af, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			rel, ok := strings.CutPrefix(path, "willow/")
+			if !ok || seen[rel] || strings.HasPrefix(rel, "cmd/") {
+				continue
+			}
+			seen[rel] = true
+			more, err := filepath.Glob(filepath.Join("..", rel, "*.go"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, more...)
+		}
+	}
+	return files
+}
+
+// yamlTags returns the names in the `yaml:"..."` struct tags of the
+// non-test files among files.
+func yamlTags(t *testing.T, files []string) []string {
+	t.Helper()
 	var names []string
 	fset := token.NewFileSet()
 	for _, f := range files {

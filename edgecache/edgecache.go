@@ -43,74 +43,76 @@ const (
 	DefaultTranscoders       = 2
 )
 
-// Config configures an edge cache node. Zero values mean the default.
+// Config configures an edge cache node. Zero values mean the default. The
+// yaml tags are the keys of the edgecache: section of cmd/edgecache's
+// config file; the fields tagged "-" are set by code.
 type Config struct {
 	// CapacityBytes bounds the memory cache; default DefaultCapacityBytes.
-	CapacityBytes int64
+	CapacityBytes int64 `yaml:"capacity_bytes"`
 	// DiskDir, when set, enables the disk tier in DiskDir/objects. Its
 	// contents survive a restart: the index is rebuilt from the files at
 	// start, torn or corrupt entries dropped (see diskTier).
-	DiskDir string
+	DiskDir string `yaml:"disk_dir"`
 	// DiskCapacityBytes bounds the disk tier; default
 	// DefaultDiskCapacityBytes.
-	DiskCapacityBytes int64
+	DiskCapacityBytes int64 `yaml:"disk_capacity_bytes"`
 	// HTTPAddr is the listen address for plain HTTP; default
 	// DefaultHTTPAddr.
-	HTTPAddr string
+	HTTPAddr string `yaml:"http"`
 	// VirtualNodes is the number of ring points per node; default
 	// DefaultVirtualNodes.
-	VirtualNodes int
+	VirtualNodes int `yaml:"virtual_nodes"`
 	// Hash places keys and nodes on the ring; default ring.DefaultHash.
 	// Every node of an OC must use the same.
-	Hash ring.Hash
+	Hash ring.Hash `yaml:"-"`
 	// URLKeys, when set, make every download (HTTP and gRPC) need a URL
 	// signed with one of them (package urlsign; the first is the one
 	// signers use, all verify), except media of a PublicBusinesses
 	// business. Unset: downloads are not signed (development only).
-	URLKeys []urlsign.Key
+	URLKeys []urlsign.Key `yaml:"url_keys"`
 	// PublicBusinesses are the businesses whose downloads need no
 	// signature (e.g. avatar); every other business is signed.
-	PublicBusinesses []string
+	PublicBusinesses []string `yaml:"public_businesses"`
 	// OriginTimeout bounds one origin read; default DefaultOriginTimeout.
-	OriginTimeout time.Duration
+	OriginTimeout time.Duration `yaml:"origin_timeout"`
 	// PeerTimeout bounds one fetch from the owner peer; default
 	// DefaultPeerTimeout.
-	PeerTimeout time.Duration
+	PeerTimeout time.Duration `yaml:"peer_timeout"`
 	// PeerBackoff is how long a peer that failed a fetch is skipped (its
 	// objects read from origin directly); default DefaultPeerBackoff.
-	PeerBackoff time.Duration
+	PeerBackoff time.Duration `yaml:"peer_backoff"`
 	// RefreshInterval is how often ring membership is refreshed from
 	// Peers or the Router; default DefaultRefreshInterval.
-	RefreshInterval time.Duration
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
 	// Peers, when set, lists the OC's members (this node included or
 	// not: it is always a member). It takes precedence over the Router.
-	Peers func(ctx context.Context) ([]Peer, error)
+	Peers func(ctx context.Context) ([]Peer, error) `yaml:"-"`
 	// MaxObjectBytes bounds one object read whole from origin or a peer
 	// (any object of a store without ranged reads, a JPEG fallback);
 	// default DefaultMaxObjectBytes. Sliced objects have no bound.
-	MaxObjectBytes int64
+	MaxObjectBytes int64 `yaml:"max_object_bytes"`
 	// SliceBytes is the slice size: an object larger than one slice is
 	// filled and cached in slices (see slice.go); default
 	// DefaultSliceBytes, at least MinSliceBytes.
-	SliceBytes int64
+	SliceBytes int64 `yaml:"slice_bytes"`
 	// FillBudgetBytes bounds the bytes all concurrent fills of this node
 	// hold in memory; a fill over it waits; default DefaultFillBudgetBytes,
 	// at least SliceBytes.
-	FillBudgetBytes int64
+	FillBudgetBytes int64 `yaml:"fill_budget_bytes"`
 	// FallbackJPEGQuality is the quality of the JPEG made from a HEIC
 	// variant for clients that do not accept HEIC; default
 	// DefaultFallbackQuality.
-	FallbackJPEGQuality int
+	FallbackJPEGQuality int `yaml:"fallback_jpeg_quality"`
 	// MaxTranscodePixels bounds the HEIC the edge decodes for the JPEG
 	// fallback; default limits.DefaultMaxPixels.
-	MaxTranscodePixels int64
+	MaxTranscodePixels int64 `yaml:"max_transcode_pixels"`
 	// Transcoders is how many JPEG fallbacks are made at once; default
 	// DefaultTranscoders.
-	Transcoders int
+	Transcoders int `yaml:"transcoders"`
 	// SkipGRPCShedding turns off this package's admission check on gRPC
 	// Get. It is implied when the node has a shedding policy
 	// (node.Config.Shed), whose interceptor already applies it.
-	SkipGRPCShedding bool
+	SkipGRPCShedding bool `yaml:"-"`
 }
 
 // Peer is a member of the OC.

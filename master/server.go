@@ -36,77 +36,79 @@ const (
 	DefaultMaxDrill         = 24 * time.Hour
 )
 
-// Config configures a master. Zero values mean the documented default.
+// Config configures a master. Zero values mean the documented default. The
+// yaml tags are the keys of the master: section of cmd/master's config
+// file; the fields tagged "-" are set by code.
 type Config struct {
 	// OncallToken is a legacy shared on-call token, accepted as the
 	// operator identity "oncall" (role oncall) next to the named
 	// identities of the node's auth config (auth.Operators). Prefer named
 	// identities: with a shared token the audit cannot say who acted.
-	OncallToken string
+	OncallToken string `yaml:"oncall_token"`
 	// Operators are more operator identities, next to the node's (tests
 	// and in-process clusters).
-	Operators *auth.Operators
+	Operators *auth.Operators `yaml:"-"`
 	// LevelsFile is a YAML file of level plans; empty uses the shipped plans.
-	LevelsFile string
+	LevelsFile string `yaml:"levels_file"`
 	// AutoFlexPolicy is a YAML auto-flex policy file; empty uses the
 	// shipped master/autoflex.yaml. Validated at start.
-	AutoFlexPolicy string
+	AutoFlexPolicy string `yaml:"auto_flex_policy"`
 	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix. Keys
 	// are KeyPrefix in braces (a Redis Cluster hash tag) unless it holds
 	// one already: "{willow:}node:ID".
-	KeyPrefix string
+	KeyPrefix string `yaml:"key_prefix"`
 
 	// ID names this master in the shared leader lease; default the node's ID.
-	ID string
+	ID string `yaml:"id"`
 	// MissedAfter is how long without a heartbeat takes a node out of
 	// Route; default DefaultMissedAfter.
-	MissedAfter time.Duration
+	MissedAfter time.Duration `yaml:"missed_after"`
 	// MinRequests is how many requests the success window needs before the
 	// success rate can eject a node; default DefaultMinRequests.
-	MinRequests int64
+	MinRequests int64 `yaml:"min_requests"`
 	// MinSuccessRate: a node whose success rate over the window is at or
 	// under it is ejected (a node failing half its requests is out);
 	// default DefaultMinSuccessRate.
-	MinSuccessRate float64
+	MinSuccessRate float64 `yaml:"min_success_rate"`
 	// SuccessWindow is the window the reported success rate is summed over;
 	// default DefaultSuccessWindow.
-	SuccessWindow time.Duration
+	SuccessWindow time.Duration `yaml:"success_window"`
 	// MaxEjectFraction bounds the fraction of a region's live nodes of one
 	// role ejected at once for bad health (see doc.go for the rounding
 	// rule); default DefaultMaxEjectFraction.
-	MaxEjectFraction float64
+	MaxEjectFraction float64 `yaml:"max_eject_fraction"`
 	// Protection is the first protection window after an ejection; it
 	// doubles for every ejection that follows a recovery within FlapMemory,
 	// up to MaxProtection. Defaults DefaultProtection, DefaultMaxProtection,
 	// DefaultFlapMemory.
-	Protection    time.Duration
-	MaxProtection time.Duration
-	FlapMemory    time.Duration
+	Protection    time.Duration `yaml:"protection"`
+	MaxProtection time.Duration `yaml:"max_protection"`
+	FlapMemory    time.Duration `yaml:"flap_memory"`
 	// ProbeInterval is how often the leading master health-checks nodes;
 	// default DefaultProbeInterval. ProbeTimeout bounds one check; default
 	// DefaultProbeTimeout.
-	ProbeInterval time.Duration
-	ProbeTimeout  time.Duration
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+	ProbeTimeout  time.Duration `yaml:"probe_timeout"`
 	// ProbeSuccesses is the run of successful probes that re-admits a node;
 	// default DefaultProbeSuccesses. ProbeFailures is the run of failed
 	// probes that ejects a healthy node; default DefaultProbeFailures.
-	ProbeSuccesses int
-	ProbeFailures  int
+	ProbeSuccesses int `yaml:"probe_successes"`
+	ProbeFailures  int `yaml:"probe_failures"`
 	// RouteTTL is how long clients may cache a Route answer; default
 	// DefaultRouteTTL.
-	RouteTTL time.Duration
+	RouteTTL time.Duration `yaml:"route_ttl"`
 	// RefreshInterval is how often a master reloads the shared registry
 	// from Redis into its cache; default DefaultRefreshInterval.
-	RefreshInterval time.Duration
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
 	// LeaseTTL is the leader lease: one master at a time probes and ejects;
 	// default DefaultLeaseTTL.
-	LeaseTTL time.Duration
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// EntryTTL is how long a registry entry outlives its last heartbeat in
 	// Redis (a dead node is listed as ejected until then); default
 	// DefaultEntryTTL.
-	EntryTTL time.Duration
+	EntryTTL time.Duration `yaml:"entry_ttl"`
 	// MaxDrill bounds a drill's duration; default DefaultMaxDrill.
-	MaxDrill time.Duration
+	MaxDrill time.Duration `yaml:"max_drill"`
 }
 
 func (c *Config) applyDefaults() error {

@@ -40,80 +40,86 @@ const (
 	DefaultShutdownGrace     = 10 * time.Second
 )
 
-// Config configures a node. Zero values mean the documented default.
+// Config configures a node. Zero values mean the documented default. The
+// yaml tags are the keys of the node: section of every service's config
+// file; the fields tagged "-" are set by code.
 type Config struct {
 	// ID is the node's stable name ([a-z0-9-]); required.
-	ID string
+	ID string `yaml:"id"`
 	// Role is upload, compress, edgecache, timeline or master; required.
-	Role string
+	Role string `yaml:"-"`
 	// Region is the node's region; required except for the master.
-	Region string
+	Region string `yaml:"region"`
 	// Zone is the OC or zone inside the region; default: the region.
-	Zone string
+	Zone string `yaml:"zone"`
 	// Group is a named node group for staged flex rollouts; optional.
-	Group string
+	Group string `yaml:"group"`
 	// GRPCAddr is the gRPC listen address; default 127.0.0.1:0.
-	GRPCAddr string
+	GRPCAddr string `yaml:"grpc"`
 	// AdminAddr is the admin HTTP listen address; default 127.0.0.1:0.
-	AdminAddr string
+	AdminAddr string `yaml:"admin"`
 	// HTTPAddr is the public HTTP address the node advertises (edge
 	// caches), normally set through SetHTTPAddr from the HTTP listener.
-	HTTPAddr string
+	HTTPAddr string `yaml:"-"`
 	// Advertise is the gRPC address registered with the master, which
 	// hands it to clients and peers (Route, edge ring, pool-2 reads).
 	// Default: AdvertiseHost with the gRPC listen port when AdvertiseHost
 	// is set, else the listen address. A node listening on an unspecified
 	// address (0.0.0.0, [::], empty host) with neither is refused
 	// (ErrNoAdvertise).
-	Advertise string
+	Advertise string `yaml:"advertise"`
 	// AdvertiseHTTP is the HTTP address advertised instead of the HTTP
 	// listener's (SetHTTPAddr); default AdvertiseHost with the listen
 	// port, else the listen address, under the same rule as Advertise.
-	AdvertiseHTTP string
+	AdvertiseHTTP string `yaml:"advertise_http"`
 	// AdvertiseHost is the default host of the advertised addresses (the
 	// pod IP, $POD_IP); optional.
-	AdvertiseHost string
+	AdvertiseHost string `yaml:"-"`
 	// MasterAddr is the master's gRPC address; empty runs without a master.
-	MasterAddr string
+	MasterAddr string `yaml:"master"`
 	// HeartbeatInterval; default DefaultHeartbeatInterval.
-	HeartbeatInterval time.Duration
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	// ShutdownGrace bounds graceful shutdown; default DefaultShutdownGrace.
-	ShutdownGrace time.Duration
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// Capacity is the node's relative capacity weight; default 1.
-	Capacity int32
+	Capacity int32 `yaml:"capacity"`
 	// Logger; default slog.Default().
-	Logger *slog.Logger
+	Logger *slog.Logger `yaml:"-"`
 	// Unary and Stream are extra server interceptors (shedding, ...), run
 	// inside metrics and logging and outside panic recovery.
-	Unary  []grpc.UnaryServerInterceptor
-	Stream []grpc.StreamServerInterceptor
+	Unary  []grpc.UnaryServerInterceptor  `yaml:"-"`
+	Stream []grpc.StreamServerInterceptor `yaml:"-"`
 	// TLS, when set, serves gRPC over TLS.
-	TLS *tls.Config
+	TLS *tls.Config `yaml:"-"`
 	// ClientTLS, when set, is used to dial the master and other nodes.
-	ClientTLS *tls.Config
+	ClientTLS *tls.Config `yaml:"-"`
 	// Auth, when set, authenticates every call (package auth): services
 	// declare their method tables on Guard. Nil leaves calls
 	// unauthenticated (auth.Open: in-process tests only; the mains refuse
 	// to start without credentials). Auth.ClusterSecret is also what this
 	// node presents when it dials other nodes without TLS.
-	Auth *auth.Config
+	Auth *auth.Config `yaml:"-"`
 	// Shed, when set, installs the shared admission policy (shedding) on
 	// every RPC, reading this node's live knobs; health checks and
 	// reflection are always exempt.
-	Shed *shedding.Config
+	Shed *shedding.Config `yaml:"-"`
 	// Gauges, when set, is called every heartbeat for role-specific load
 	// figures (pool bytes, held items, ...).
-	Gauges func() map[string]float64
+	Gauges func() map[string]float64 `yaml:"-"`
 	// QueueMs, when set, reports the mean queueing time over the last
 	// second (the shedding package provides it).
-	QueueMs func() float64
+	QueueMs func() float64 `yaml:"-"`
 	// Now; default time.Now.
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 	// SharedProcess says other nodes run in this process (willow up, the
 	// one-box cluster): its RSS and disk counters are the process's, and
 	// heartbeats say so (Load.shared_process).
 	SharedProcess bool `yaml:"-"`
 }
+
+// ErrNoRegion is returned (wrapped) by New for a node of any role but the
+// master without a Region.
+var ErrNoRegion = errors.New("a region is required")
 
 // Node is a running service process. Create with New, register services
 // on Server, then Run.
@@ -154,8 +160,13 @@ type Node struct {
 
 // New validates cfg, opens the listeners and builds the gRPC server.
 func New(cfg Config) (*Node, error) {
-	if cfg.ID == "" || cfg.Role == "" {
-		return nil, errors.New("node: ID and Role are required")
+	switch {
+	case cfg.Role == "":
+		return nil, errors.New("node: Role is required")
+	case cfg.Region == "" && cfg.Role != "master":
+		return nil, fmt.Errorf("node: %s: %w", cfg.Role, ErrNoRegion)
+	case cfg.ID == "":
+		return nil, errors.New("node: ID is required")
 	}
 	if cfg.Zone == "" {
 		cfg.Zone = cfg.Region

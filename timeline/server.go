@@ -56,37 +56,39 @@ var (
 	ErrBadCursor  = errors.New("timeline: bad cursor")
 )
 
-// Config configures a timeline service. Zero values mean the default.
+// Config configures a timeline service. Zero values mean the default. The
+// yaml tags are the keys of the timeline: section of cmd/timeline's config
+// file.
 type Config struct {
 	// KeyPrefix prefixes every Redis key; default DefaultKeyPrefix. It
 	// may not hold '{' or '}': the keys carry their own hash tags.
-	KeyPrefix string
+	KeyPrefix string `yaml:"key_prefix"`
 	// MaxInbox is the number of items kept per inbox (oldest dropped
 	// first); default DefaultMaxInbox.
-	MaxInbox int
+	MaxInbox int `yaml:"max_inbox"`
 	// ReleaseBatch is the most items one release step moves; default
 	// DefaultReleaseBatch.
-	ReleaseBatch int
+	ReleaseBatch int `yaml:"release_batch"`
 	// FanoutBatch is the most followers handled per Redis script while
 	// publishing (on a Redis Cluster, a script takes the users of one
 	// slot); default DefaultFanoutBatch. A publish reads followers and
 	// sends scripts fanoutPages batches at a time, in one pipeline.
-	FanoutBatch int
+	FanoutBatch int `yaml:"fanout_batch"`
 	// IdleInterval is how often the release loop looks for work when
 	// there is none (a knob change wakes it at once); default
 	// DefaultIdleInterval.
-	IdleInterval time.Duration
+	IdleInterval time.Duration `yaml:"idle_interval"`
 	// RefreshInterval is how often the held-items gauges and the release
 	// rate are read from Redis; default DefaultRefreshInterval.
-	RefreshInterval time.Duration
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
 	// RedisTimeout bounds each Redis call of the background loops;
 	// default DefaultRedisTimeout.
-	RedisTimeout time.Duration
+	RedisTimeout time.Duration `yaml:"redis_timeout"`
 	// URLKeys sign the download URLs Poll returns (package urlsign; the
 	// first signs). Unset: items carry media IDs only.
-	URLKeys []urlsign.Key
+	URLKeys []urlsign.Key `yaml:"url_keys"`
 	// URLTTL is how long those URLs are valid; default DefaultURLTTL.
-	URLTTL time.Duration
+	URLTTL time.Duration `yaml:"url_ttl"`
 }
 
 // Deps are the service's dependencies.

@@ -38,89 +38,96 @@ const (
 )
 
 // Config configures a Server. Zero values mean the documented default.
+// The yaml tags are the keys of the upload: section of cmd/upload's config
+// file; the fields tagged "-" are set by code (Limits from the file's
+// limits: section, which the compress workers share; Secret from
+// upload.secret, -secret or $WILLOW_UPLOAD_SECRET).
 type Config struct {
 	// Secret is the upload-token HMAC secret; required.
-	Secret []byte
+	Secret []byte `yaml:"-"`
 	// StagingDir holds staged chunks and, without Redis, the compress
 	// journal; it survives restarts. Required.
-	StagingDir string
+	StagingDir string `yaml:"staging"`
 	// Limits bound an upload's size, an image's width x height and a
 	// video's duration (per business) as the headers state them; they are
 	// the compress workers' limits, from the same config (package limits).
 	// Zero fields mean the limits defaults.
-	Limits limits.Limits
+	Limits limits.Limits `yaml:"-"`
 	// CompressTimeout bounds one compress call; default
 	// DefaultCompressTimeout.
-	CompressTimeout time.Duration
+	CompressTimeout time.Duration `yaml:"compress_timeout"`
 	// DrainWait bounds a Drain with wait set (DEADLINE_EXCEEDED
 	// drain_deadline after it); default DefaultDrainWait.
-	DrainWait time.Duration
+	DrainWait time.Duration `yaml:"drain_wait"`
 	// CommitWait is how long Commit waits for the first compress attempt,
 	// so its reply can list the variants; the acknowledgement never
 	// depends on it (the job is journaled first). Default
 	// DefaultCommitWait, at most CompressTimeout; negative: do not wait
 	// (compress runs in the background). Kept short so a compress backlog
 	// at a peak does not hold every client's acknowledgement.
-	CommitWait time.Duration
+	CommitWait time.Duration `yaml:"commit_wait"`
 	// StoreTimeout bounds one store or pool write; default
 	// DefaultStoreTimeout.
-	StoreTimeout time.Duration
+	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// StagingTTL: an upload not committed within it is removed; default
 	// DefaultStagingTTL.
-	StagingTTL time.Duration
+	StagingTTL time.Duration `yaml:"staging_ttl"`
 	// StagingBudgetBytes bounds the declared bytes of uploads staged and
 	// not committed on this front: a new upload past it is refused
 	// RESOURCE_EXHAUSTED staging_full; default DefaultStagingBudgetBytes.
-	StagingBudgetBytes int64
+	StagingBudgetBytes int64 `yaml:"staging_budget_bytes"`
 	// StagingFullRetryAfter is the retry-after hint of staging_full;
 	// default DefaultStagingFullRetryAfter.
-	StagingFullRetryAfter time.Duration
+	StagingFullRetryAfter time.Duration `yaml:"staging_full_retry_after"`
 	// GCInterval is how often the staging GC removes expired uploads;
 	// default DefaultGCInterval.
-	GCInterval time.Duration
+	GCInterval time.Duration `yaml:"gc_interval"`
 	// CommittedTTL: how long the staging dir remembers a committed upload
 	// (the store record remembers it for ever); default DefaultCommittedTTL.
-	CommittedTTL time.Duration
+	CommittedTTL time.Duration `yaml:"committed_ttl"`
 	// RetryMin and RetryMax bound the compress-retry backoff; defaults
 	// DefaultRetryMin, DefaultRetryMax.
-	RetryMin, RetryMax time.Duration
+	RetryMin time.Duration `yaml:"retry_min"`
+	RetryMax time.Duration `yaml:"retry_max"`
 	// SyncEvery: a chunk stream fsyncs the staging file at least every
 	// SyncEvery bytes (and always at its end); default DefaultSyncEvery.
-	SyncEvery int64
+	SyncEvery int64 `yaml:"sync_every"`
 	// PollInterval is how often Run looks for due work; default
 	// DefaultPollInterval.
-	PollInterval time.Duration
+	PollInterval time.Duration `yaml:"poll_interval"`
 	// CompactDeadBytes: Run compacts a pool in the background once its
 	// dead bytes (deleted blobs, tombstones) reach it, and after every
 	// drain that left dead bytes; default DefaultCompactDeadBytes.
-	CompactDeadBytes int64
+	CompactDeadBytes int64 `yaml:"compact_dead_bytes"`
 	// ChunkIdleTimeout closes a Chunks stream that sends nothing for that
 	// long (DEADLINE_EXCEEDED idle_timeout); default
 	// DefaultChunkIdleTimeout.
-	ChunkIdleTimeout time.Duration
+	ChunkIdleTimeout time.Duration `yaml:"chunk_idle_timeout"`
 	// MaxStreamsPerConn and MaxStreamsPerUser cap the open Chunks streams
 	// of one connection and of one user (RESOURCE_EXHAUSTED
 	// too_many_streams); defaults DefaultMaxStreamsPerConn,
 	// DefaultMaxStreamsPerUser.
-	MaxStreamsPerConn, MaxStreamsPerUser int
+	MaxStreamsPerConn int `yaml:"max_streams_per_conn"`
+	MaxStreamsPerUser int `yaml:"max_streams_per_user"`
 	// MaxStagedPerConn and MaxStagedPerUser cap the uploads one connection
 	// and one user have begun and not committed (RESOURCE_EXHAUSTED
 	// too_many_uploads); defaults DefaultMaxStagedPerConn,
 	// DefaultMaxStagedPerUser.
-	MaxStagedPerConn, MaxStagedPerUser int
+	MaxStagedPerConn int `yaml:"max_staged_per_conn"`
+	MaxStagedPerUser int `yaml:"max_staged_per_user"`
 	// JournalKey is the Redis key of the compress journal (a sorted set;
 	// the jobs' hash is "{JournalKey}:jobs", in the same cluster slot);
 	// default "willow:upload:NODE:compress".
-	JournalKey string
+	JournalKey string `yaml:"journal_key"`
 	// RetireTimeout bounds Retire (drains and job hand-over on SIGTERM);
 	// default DefaultRetireTimeout. Keep it inside the pod's
 	// terminationGracePeriodSeconds.
-	RetireTimeout time.Duration
+	RetireTimeout time.Duration `yaml:"retire_timeout"`
 	// RetireKeepPool1: Retire leaves pool 1 in place (its volume will
 	// come back with the front) instead of draining it.
-	RetireKeepPool1 bool
+	RetireKeepPool1 bool `yaml:"retire_keep_pool1"`
 	// Logger; default the node's logger.
-	Logger *slog.Logger
+	Logger *slog.Logger `yaml:"-"`
 }
 
 // Deps are the Server's collaborators.

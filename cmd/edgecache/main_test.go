@@ -5,15 +5,14 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	main "willow/cmd/edgecache"
-	"willow/edgecache"
+	"willow/cmd/internal/daemontest"
 	"willow/media"
-	"willow/node"
 	fsstore "willow/store/fs"
 	"willow/urlsign"
 )
@@ -33,33 +32,13 @@ func TestRunServesFromConfigAndFlags(t *testing.T) {
 	if err := st.Put(context.Background(), media.RecordKey(id.Key), bytes.NewReader(rec), int64(len(rec)), "application/json"); err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(dir, "edge.yaml")
-	yaml := "node:\n  id: edge-b-7\n  region: b\nedgecache:\n  capacity_bytes: 1048576\n  disk_dir: " + filepath.Join(dir, "disk") + "\n  url_keys: [{id: k1, secret: 0123456789abcdef0123}]\nstore:\n  dir: /nonexistent-overridden\n"
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
+	cfg := daemontest.WriteFile(t, "edge.yaml", "node:\n  id: edge-b-7\n  region: b\nedgecache:\n  capacity_bytes: 1048576\n  disk_dir: "+filepath.Join(dir, "disk")+
+		"\n  url_keys: [{id: k1, secret: 0123456789abcdef0123}]\n  origin_timeout: 2s\nstore:\n  dir: /nonexistent-overridden\n")
+	n, _ := daemontest.Start(t, main.Run, nil, "-config", cfg, "-store", filepath.Join(dir, "store"), "-http", "127.0.0.1:0")
+	if n.Config().ID != "edge-b-7" || n.Config().Region != "b" {
+		t.Errorf("node %+v", n.Info())
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 1)
-	m := main.NewMain()
-	m.Ready = func(n *node.Node, s *edgecache.Server) {
-		if n.Config().ID != "edge-b-7" || n.Config().Region != "b" || n.Info().GetHttpAddr() != s.HTTPAddr() {
-			t.Errorf("node %+v", n.Info())
-		}
-		ready <- s.HTTPAddr()
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- m.Run(ctx, []string{"-config", cfg, "-store", filepath.Join(dir, "store"), "-http", "127.0.0.1:0", "-cluster-secret", "test-secret"})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready")
-	}
+	addr := n.Info().GetHttpAddr()
 	resp, err := http.Get("http://" + addr + "/m/" + id.String() + "/poster")
 	if err != nil {
 		t.Fatal(err)
@@ -81,19 +60,25 @@ func TestRunServesFromConfigAndFlags(t *testing.T) {
 	if resp.StatusCode != 200 || string(body) != string(data) || resp.Header.Get("Content-Type") != "image/jpeg" {
 		t.Fatalf("status %d body %q type %q", resp.StatusCode, body, resp.Header.Get("Content-Type"))
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run after cancel: %v", err)
+}
+
+func TestRunRefuses(t *testing.T) {
+	env := daemontest.Env{"WILLOW_CLUSTER_SECRET": daemontest.ClusterSecret}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-region", "a"}, "-store"},
+		{[]string{"-store", t.TempDir()}, "-region"}, // no default region
+		{[]string{"-bogus"}, "bogus"},
+	} {
+		if err := daemontest.Fail(t, main.Run, env, tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: got %v, want %q", tt.args, err, tt.want)
+		}
 	}
 }
 
-func TestRunNeedsAStore(t *testing.T) {
-	m := main.NewMain()
-	m.Stderr = io.Discard
-	if err := m.Run(context.Background(), []string{"-id", "edge-a-1"}); err == nil {
-		t.Fatal("no error without a store")
-	}
-	if err := m.Run(context.Background(), []string{"-bogus"}); err == nil {
-		t.Fatal("no error for an unknown flag")
-	}
+func TestConfigFile(t *testing.T) {
+	daemontest.RoundTrip(t, &main.File{}, append(daemontest.NodeUnset, "EdgeCache.Hash", "EdgeCache.Peers", "EdgeCache.SkipGRPCShedding")...)
+	daemontest.ConfigMap(t, "edgecache", &main.File{})
 }

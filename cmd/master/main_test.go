@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"willow/auth"
+	"willow/cmd/internal/daemontest"
 	"willow/internal/testenv"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
@@ -20,43 +18,23 @@ import (
 
 func TestMainServesFromConfigFile(t *testing.T) {
 	r := testenv.StartRedis(t)
-	cfgPath := filepath.Join(t.TempDir(), "master.yaml")
-	yaml := "node:\n  id: master-7\n  grpc: 127.0.0.1:0\nmaster:\n  redis: " + r.URL + "\n  oncall_token: secret\n  missed_after: 2s\n"
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan *node.Node, 1)
-	var consoleAddr string
-	var stderr bytes.Buffer
-	m := &Main{Stderr: &stderr, Getenv: func(string) string { return "" }, Ready: func(n *node.Node, c string) { consoleAddr = c; ready <- n }}
-	done := make(chan error, 1)
-	go func() {
-		done <- m.Run(ctx, []string{"-config", cfgPath, "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0", "-cluster-secret", "test-secret"})
-	}()
-	var n *node.Node
-	select {
-	case n = <-ready:
-	case err := <-done:
-		t.Fatalf("master exited: %v\n%s", err, stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatal("master not ready")
-	}
+	cfg := daemontest.WriteFile(t, "master.yaml", "node:\n  id: master-7\n  grpc: 127.0.0.1:0\nmaster:\n  redis: "+r.URL+
+		"\n  oncall_token: secret\n  missed_after: 2s\n  flap_memory: 1m\n  probe_timeout: 300ms\n  probe_failures: 4\n  entry_ttl: 2m\n")
+	n, h := daemontest.Start(t, run, nil, "-config", cfg, "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0")
 	if n.Config().ID != "master-7" {
 		t.Fatalf("node id %q, want master-7 from the config file", n.Config().ID)
 	}
-	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: "test-secret", ID: "test-1", Role: "upload"}))
+	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: daemontest.ClusterSecret, ID: "test-1", Role: "upload"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-	defer ccancel()
-	if _, err := willowv1.NewMasterClient(conn).ListNodes(cctx, &willowv1.ListNodesRequest{}); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := willowv1.NewMasterClient(conn).ListNodes(ctx, &willowv1.ListNodesRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get("http://" + consoleAddr + "/console")
+	resp, err := http.Get("http://" + h["console"] + "/console")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,30 +42,34 @@ func TestMainServesFromConfigFile(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("console: %s", resp.Status)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("master did not stop")
-	}
 }
 
-func TestMainNeedsRedis(t *testing.T) {
-	m := &Main{Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
-	if err := m.Run(context.Background(), nil); err == nil {
-		t.Fatal("Run without Redis succeeded")
+func TestMainRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		env  daemontest.Env
+		args []string
+		want string
+	}{
+		{nil, nil, "need -redis"},
+		{daemontest.Env{"WILLOW_REDIS": "redis://127.0.0.1:1"}, []string{"-oncall-token", "CHANGE-ME"}, "placeholder"},
+		{nil, []string{"-redis", "redis://127.0.0.1:1", "-region", "a"}, "-region"}, // a master has no region
+	} {
+		if err := daemontest.Fail(t, run, tc.env, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.want)
+		}
 	}
 }
 
 func TestMainBadRedisURL(t *testing.T) {
 	for _, url := range []string{"redis-cluster://", "redis-cluster://a:1/2", "localhost:6379", "redis://h:1/x"} {
-		m := &Main{Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
-		err := m.Run(context.Background(), []string{"-redis", url, "-oncall-token", "t", "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0"})
+		err := daemontest.Fail(t, run, nil, "-redis", url, "-oncall-token", "t", "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0")
 		if err == nil || !strings.Contains(err.Error(), "bad redis URL") || strings.Contains(err.Error(), "\n") {
 			t.Errorf("-redis %s: %v, want a one-line bad redis URL error", url, err)
 		}
 	}
+}
+
+func TestConfigFile(t *testing.T) {
+	daemontest.RoundTrip(t, &file{}, append(daemontest.NodeUnset, "Master.Config.Operators")...)
+	daemontest.ConfigMap(t, "master", &file{})
 }

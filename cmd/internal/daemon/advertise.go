@@ -12,7 +12,7 @@ import (
 // node.New checks the same again once the port is known, and the edge
 // cache's HTTP address is checked when its listener opens
 // (-advertise-http).
-func (f *Flags) checkAdvertise(nc NodeConfig) error {
+func (d *Daemon) checkAdvertise(nc *NodeSection) error {
 	for _, a := range []string{nc.Advertise, nc.AdvertiseHTTP} {
 		if a != "" {
 			if err := node.CheckAdvertise(a); err != nil {
@@ -20,8 +20,8 @@ func (f *Flags) checkAdvertise(nc NodeConfig) error {
 			}
 		}
 	}
-	if nc.Advertise == "" && nc.GRPC != "" && node.Unspecified(nc.GRPC) && f.getenv("POD_IP") == "" {
-		return fmt.Errorf("-grpc %s binds an unspecified address: set -advertise HOST:PORT (node.advertise in the config) or $POD_IP, the address clients and peers reach this node at", nc.GRPC)
+	if nc.Advertise == "" && nc.GRPCAddr != "" && node.Unspecified(nc.GRPCAddr) && d.Getenv("POD_IP") == "" {
+		return fmt.Errorf("-grpc %s binds an unspecified address: set -advertise HOST:PORT (node.advertise in the config) or $POD_IP, the address clients and peers reach this node at", nc.GRPCAddr)
 	}
 	return nil
 }

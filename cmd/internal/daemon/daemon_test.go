@@ -6,25 +6,22 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"willow/cmd/internal/daemon"
 	"willow/node"
 )
 
 type fileConfig struct {
-	Node  daemon.NodeConfig `yaml:"node"`
-	Store struct {
-		Dir string          `yaml:"dir"`
-		S3  daemon.S3Config `yaml:"s3"`
-	} `yaml:"store"`
+	Node  daemon.NodeSection `yaml:"node"`
+	Store daemon.StoreConfig `yaml:"store"`
 }
 
 // parse runs the shared flags of role over args with env as the
 // environment and returns the node config they yield.
 func parse(t *testing.T, role string, env map[string]string, args ...string) (*fileConfig, node.Config, error) {
 	t.Helper()
-	f := daemon.NewFlags(role, io.Discard, true)
-	f.Getenv = func(k string) string {
+	d := daemon.New(role, daemon.Process{Stderr: io.Discard, Getenv: func(k string) string {
 		if v, ok := env[k]; ok {
 			return v
 		}
@@ -32,12 +29,12 @@ func parse(t *testing.T, role string, env map[string]string, args ...string) (*f
 			return "test-cluster-secret" // every node needs credentials
 		}
 		return ""
-	}
+	}})
 	var fc fileConfig
-	if err := f.Parse(args, &fc, &fc.Node, &fc.Store.Dir, &fc.Store.S3); err != nil {
+	if err := d.Parse(args, &fc, &fc.Node, &fc.Store); err != nil {
 		return &fc, node.Config{}, err
 	}
-	nc, err := f.NodeConfig(role, fc.Node, nil)
+	nc, err := d.NodeConfig()
 	return &fc, nc, err
 }
 
@@ -82,7 +79,7 @@ func TestAdvertiseFlagsYAMLAndPodIP(t *testing.T) {
 			}
 		})
 	}
-	if err := daemon.NewFlags("compress", io.Discard, true).FS.Parse([]string{"-advertise-http", "x:1"}); err == nil {
+	if _, _, err := parse(t, "compress", nil, "-advertise-http", "x:1"); err == nil {
 		t.Error("-advertise-http accepted by a binary without edge HTTP")
 	}
 }
@@ -135,7 +132,7 @@ func TestOpenStoreRefusesPlaceholders(t *testing.T) {
 		{Endpoint: "127.0.0.1:1", Bucket: "b", AccessKey: "CHANGE-ME", SecretKey: "s"},
 		{Endpoint: "127.0.0.1:1", Bucket: "b", AccessKey: "k", SecretKey: "change-me"},
 	} {
-		if _, err := daemon.OpenStore("", c); err == nil || !strings.Contains(err.Error(), "CHANGE-ME") {
+		if _, err := daemon.OpenStore(daemon.StoreConfig{S3: c}); err == nil || !strings.Contains(err.Error(), "CHANGE-ME") {
 			t.Errorf("OpenStore(%+v) = %v, want a refusal of the placeholder", c, err)
 		}
 	}
@@ -172,4 +169,45 @@ func TestNodeCredentialsRequired(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFileThenFlagsThenEnv: the config file sets what it names, a flag
+// given overrides it, the environment fills only what both leave empty,
+// and $WILLOW_MASTER is every service's default master but the master's.
+func TestFileThenFlagsThenEnv(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	body := "node:\n  id: from-file\n  region: a\n  heartbeat_interval: 2s\n  cluster_secret: file-secret\nstore:\n  dir: /from/file\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"WILLOW_MASTER": "m-env:7000", "WILLOW_CLUSTER_SECRET": "env-secret", "WILLOW_UPLOAD_SECRET": "u-env"}
+	fc, nc, err := parse(t, "edgecache", env, "-config", cfg, "-id", "from-flag", "-store", "/from/flag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc.ID != "from-flag" || nc.Region != "a" || nc.HeartbeatInterval != 2*time.Second || nc.MasterAddr != "m-env:7000" ||
+		nc.Auth.ClusterSecret != "file-secret" || string(nc.Auth.UploadSecret) != "u-env" || fc.Store.Dir != "/from/flag" {
+		t.Errorf("node config %+v auth %+v store %+v", nc, nc.Auth, fc.Store)
+	}
+	if _, nc, _ := parse(t, "upload", env, "-region", "b", "-master", "m-flag:7000"); nc.MasterAddr != "m-flag:7000" || nc.ID != "upload-b-1" {
+		t.Errorf("flag: master %q id %q", nc.MasterAddr, nc.ID)
+	}
+	if _, nc, _ := parse(t, "master", env); nc.MasterAddr != "" || nc.ID != "master-1" {
+		t.Errorf("master: master %q id %q", nc.MasterAddr, nc.ID)
+	}
+	if _, _, err := parse(t, "upload", nil, "-config", writeFile(t, "node:\n  heartbeat_interval: 2000000000\n")); err == nil {
+		t.Error("a duration written in nanoseconds decoded; durations are written as 2s")
+	}
+	if _, _, err := parse(t, "upload", nil, "-config", writeFile(t, "node:\n  bogus: 1\n")); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Errorf("unknown key: %v", err)
+	}
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

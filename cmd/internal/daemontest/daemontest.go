@@ -1,0 +1,253 @@
+// Package daemontest runs Willow's service mains in process for their
+// tests, and checks their config file types: every field a config file is
+// meant to set round-trips through YAML, durations written as "30s", and
+// the shipped config files decode.
+package daemontest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"willow/cmd/internal/daemon"
+	"willow/node"
+)
+
+// Run is a service main's run function.
+type Run func(ctx context.Context, p daemon.Process, args []string) error
+
+// ClusterSecret is the cluster secret Start gives every main.
+const ClusterSecret = "test-cluster-secret"
+
+// Env is an environment: the variables set, every other one empty.
+type Env map[string]string
+
+func (e Env) getenv(k string) string { return e[k] }
+
+// syncBuffer is a bytes.Buffer safe for a main's logger and the test.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Fail runs run with args in env and returns its error; it is for
+// arguments the main refuses before it serves (a run that serves fails the
+// test).
+func Fail(t *testing.T, run Run, env Env, args ...string) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := run(ctx, daemon.Process{Stderr: &syncBuffer{}, Getenv: env.getenv, Ready: func(*node.Node, map[string]string) {
+		t.Errorf("%v: serves", args)
+		cancel()
+	}}, args)
+	return err
+}
+
+// Start runs run with args in env (plus $WILLOW_CLUSTER_SECRET, unless env
+// sets it) until it serves and returns its node and its other HTTP
+// listeners by name. When the test ends the run is cancelled and must
+// return nil.
+func Start(t *testing.T, run Run, env Env, args ...string) (*node.Node, map[string]string) {
+	t.Helper()
+	e := Env{"WILLOW_CLUSTER_SECRET": ClusterSecret}
+	for k, v := range env {
+		e[k] = v
+	}
+	type served struct {
+		n    *node.Node
+		http map[string]string
+	}
+	ready := make(chan served, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, daemon.Process{Stderr: stderr, Getenv: e.getenv, Ready: func(n *node.Node, h map[string]string) { ready <- served{n, h} }}, args)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run after cancel: %v\n%s", err, stderr)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("run did not stop\n%s", stderr)
+		}
+	})
+	select {
+	case s := <-ready:
+		return s.n, s.http
+	case err := <-done:
+		done <- err
+		t.Fatalf("run %v: %v\n%s", args, err, stderr)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("run %v: not serving after 15s\n%s", args, stderr)
+	}
+	return nil, nil
+}
+
+// WriteFile writes a config file into the test's temporary directory and
+// returns its path.
+func WriteFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// RoundTrip checks the config file type of a main (file, a pointer to its
+// zero value): every field is tagged yaml (a key, ",inline" or "-"); every
+// field with a key, filled with a distinct value, is written and decoded
+// back (daemon.DecodeYAML: unknown keys refused) to the same value, with
+// durations written as Go durations ("1m1.5s"); and the fields tagged "-"
+// are exactly unset (their paths, as "Master.Config.Operators"), the ones a
+// config file is not meant to set.
+func RoundTrip(t *testing.T, file any, unset ...string) {
+	t.Helper()
+	v := reflect.ValueOf(file).Elem()
+	f := &filler{}
+	f.fill(t, v, "")
+	b, err := yaml.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.durations {
+		if !bytes.Contains(b, []byte(": "+d.String()+"\n")) {
+			t.Errorf("duration %s is not written as %q:\n%s", d, d.String(), b)
+		}
+	}
+	back := reflect.New(v.Type())
+	if err := daemon.DecodeYAML(b, back.Interface()); err != nil {
+		t.Fatalf("decode: %v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(back.Elem().Interface(), v.Interface()) {
+		t.Errorf("round trip differs:\nwrote %+v\nread  %+v\nyaml:\n%s", v.Interface(), back.Elem().Interface(), b)
+	}
+	slices.Sort(f.skipped)
+	slices.Sort(unset)
+	if !slices.Equal(f.skipped, unset) {
+		t.Errorf("fields a config file cannot set: %v, want %v", f.skipped, unset)
+	}
+}
+
+type filler struct {
+	n         int
+	durations []time.Duration
+	skipped   []string
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+func (f *filler) fill(t *testing.T, v reflect.Value, path string) {
+	t.Helper()
+	f.n++
+	switch {
+	case v.Type() == durationType:
+		d := time.Duration(f.n)*time.Minute + 1500*time.Millisecond
+		v.SetInt(int64(d))
+		f.durations = append(f.durations, d)
+		return
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			sf := v.Type().Field(i)
+			if !sf.IsExported() {
+				continue
+			}
+			tag, ok := sf.Tag.Lookup("yaml")
+			name, opts, _ := strings.Cut(tag, ",")
+			p := strings.TrimPrefix(path+"."+sf.Name, ".")
+			switch {
+			case !ok:
+				t.Errorf("%s has no yaml tag: give it a key, or \"-\" when a config file is not meant to set it", p)
+			case name == "-":
+				f.skipped = append(f.skipped, p)
+			case opts == "inline":
+				f.fill(t, v.Field(i), p)
+			default:
+				f.fill(t, v.Field(i), p)
+			}
+		}
+	case reflect.String:
+		v.SetString(fmt.Sprintf("s%d", f.n))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(f.n))
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(float64(f.n) + 0.25)
+	case reflect.Slice:
+		e := reflect.New(v.Type().Elem()).Elem()
+		f.fill(t, e, path+"[]")
+		v.Set(reflect.Append(reflect.MakeSlice(v.Type(), 0, 1), e))
+	case reflect.Map:
+		k := reflect.New(v.Type().Key()).Elem()
+		f.fill(t, k, path+"{}")
+		e := reflect.New(v.Type().Elem()).Elem()
+		f.fill(t, e, path+"{}")
+		m := reflect.MakeMap(v.Type())
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	default:
+		t.Errorf("%s: a %s cannot be set from a config file: tag it yaml:\"-\"", path, v.Type())
+	}
+}
+
+// ConfigMap decodes the role's file of the willow-config ConfigMap
+// (deploy/k8s/base/config.yaml, from a cmd/ROLE test) into file as the
+// role's binary does, failing on a key it does not know.
+func ConfigMap(t *testing.T, role string, file any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "k8s", "base", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := sigsyaml.Unmarshal(b, &cm); err != nil {
+		t.Fatal(err)
+	}
+	body, ok := cm.Data[role+".yaml"]
+	if !ok {
+		t.Fatalf("willow-config has no %s.yaml", role)
+	}
+	if err := daemon.DecodeYAML([]byte(body), file); err != nil {
+		t.Errorf("willow-config %s.yaml: %v", role, err)
+	}
+}
+
+// NodeUnset are the fields of the node: section (daemon.NodeSection, in
+// a file type's field Node) that a config file does not set: the node
+// runtime's fields set by code.
+var NodeUnset = []string{"Node.Config.Role", "Node.Config.HTTPAddr", "Node.Config.AdvertiseHost", "Node.Config.Logger",
+	"Node.Config.Unary", "Node.Config.Stream", "Node.Config.TLS", "Node.Config.ClientTLS", "Node.Config.Auth",
+	"Node.Config.Shed", "Node.Config.Gauges", "Node.Config.QueueMs", "Node.Config.Now", "Node.Config.SharedProcess"}
