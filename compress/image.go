@@ -250,14 +250,13 @@ func Encode(img *image.NRGBA, name string, opt ImageOptions) (Output, error) {
 	w, h := img.Rect.Dx(), img.Rect.Dy()
 	switch opt.Codec {
 	case flex.CodecJPEG:
-		var buf bytes.Buffer
-		// An opaque NRGBA has the same bytes as RGBA, which image/jpeg
-		// encodes on its fast path.
-		rgba := &image.RGBA{Pix: img.Pix, Stride: img.Stride, Rect: img.Rect}
-		if err := jpeg.Encode(&buf, rgba, &jpeg.Options{Quality: opt.Quality}); err != nil {
+		// libjpeg-turbo (SIMD, optimized Huffman tables): see
+		// BenchmarkJPEGEncode for its CPU and bytes against image/jpeg.
+		b, err := encodeJPEG(img, opt.Quality)
+		if err != nil {
 			return Output{}, fmt.Errorf("encode jpeg: %w", err)
 		}
-		return newOutput(name, string(flex.CodecJPEG), opt.Quality, w, h, "image/jpeg", buf.Bytes()), nil
+		return newOutput(name, string(flex.CodecJPEG), opt.Quality, w, h, "image/jpeg", b), nil
 	case flex.CodecHEIC:
 		b, err := encodeHEIC(img, opt.Quality, opt.HEICPreset)
 		if err != nil {

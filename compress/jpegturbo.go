@@ -83,6 +83,45 @@ static int willow_jpeg(const unsigned char* data, unsigned long len, int target,
 	}
 	return 0;
 }
+
+// willow_jpeg_encode encodes w x h RGBA pixels (alpha ignored) at quality
+// with optimized Huffman tables, 4:2:0, baseline, into a buffer that
+// libjpeg allocates (*out, *outlen; the caller frees it). Returns 0 on
+// success, 1 on error (msg set).
+static int willow_jpeg_encode(const unsigned char* px, int w, int h, int stride, int quality,
+		unsigned char** out, unsigned long* outlen, char* msg) {
+	struct jpeg_compress_struct cinfo;
+	willow_err err;
+	memset(&err, 0, sizeof err);
+	cinfo.err = jpeg_std_error(&err.pub);
+	err.pub.error_exit = willow_error_exit;
+	*out = NULL;
+	*outlen = 0;
+	if (setjmp(err.jb)) {
+		jpeg_destroy_compress(&cinfo);
+		if (*out) { free(*out); *out = NULL; }
+		strncpy(msg, err.msg, JMSG_LENGTH_MAX - 1);
+		return 1;
+	}
+	jpeg_create_compress(&cinfo);
+	jpeg_mem_dest(&cinfo, out, outlen);
+	cinfo.image_width = w;
+	cinfo.image_height = h;
+	cinfo.input_components = 4;
+	cinfo.in_color_space = JCS_EXT_RGBA;
+	jpeg_set_defaults(&cinfo);
+	jpeg_set_quality(&cinfo, quality, TRUE);
+	cinfo.optimize_coding = TRUE;
+	cinfo.dct_method = JDCT_ISLOW;
+	jpeg_start_compress(&cinfo, TRUE);
+	while (cinfo.next_scanline < cinfo.image_height) {
+		JSAMPROW row = (JSAMPROW)(px + (size_t)cinfo.next_scanline * stride);
+		jpeg_write_scanlines(&cinfo, &row, 1);
+	}
+	jpeg_finish_compress(&cinfo);
+	jpeg_destroy_compress(&cinfo);
+	return 0;
+}
 */
 import "C"
 
@@ -124,4 +163,22 @@ func decodeJPEGScaled(data []byte, target int) (*image.NRGBA, error) {
 		return nil, fmt.Errorf("jpeg: size changed between passes: %w", ErrCorrupt)
 	}
 	return img, nil
+}
+
+// encodeJPEG encodes an opaque image with libjpeg-turbo at quality (1-100):
+// optimized Huffman tables, 4:2:0 chroma, baseline. Errors are libjpeg's.
+func encodeJPEG(img *image.NRGBA, quality int) ([]byte, error) {
+	w, h := img.Rect.Dx(), img.Rect.Dy()
+	if w <= 0 || h <= 0 {
+		return nil, fmt.Errorf("jpeg encode: empty image")
+	}
+	var msg [C.JMSG_LENGTH_MAX]C.char
+	var out *C.uchar
+	var n C.ulong
+	p := (*C.uchar)(unsafe.Pointer(&img.Pix[img.PixOffset(img.Rect.Min.X, img.Rect.Min.Y)]))
+	if C.willow_jpeg_encode(p, C.int(w), C.int(h), C.int(img.Stride), C.int(quality), &out, &n, &msg[0]) != 0 {
+		return nil, fmt.Errorf("jpeg encode: %s", C.GoString(&msg[0]))
+	}
+	defer C.free(unsafe.Pointer(out))
+	return C.GoBytes(unsafe.Pointer(out), C.int(n)), nil
 }
