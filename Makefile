@@ -90,7 +90,7 @@ fuzz: setup
 	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./media/
 	go test -run '^$$' -fuzz '^FuzzChunks$$' -fuzztime $(FUZZTIME) ./upload/
 	go test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./buffer/
-	go test -run '^$$' -fuzz '^FuzzCheckHeader$$' -fuzztime $(FUZZTIME) ./compress/
+	go test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./mediaheader/
 	go test -run '^$$' -fuzz '^FuzzParseProfile$$' -fuzztime $(FUZZTIME) ./loadgen/
 
 fmt:

@@ -1,7 +1,7 @@
 // Package compress is Willow's compress worker: it turns one raw upload into
 // the variants clients download.
 //
-// Images (JPEG, PNG, HEIC input) are checked by header first (CheckHeader
+// Images (JPEG, PNG, HEIC input) are checked by header first (mediaheader.Check
 // rejects pixel bombs before a byte of pixel data is decoded), decoded,
 // turned upright by their EXIF orientation, resized to the presets thumb,
 // medium and large (long edge 240, 1080, 1920; never upscaled) and encoded
@@ -25,5 +25,5 @@
 //     unsupported_media, NOT_FOUND source_missing, or RESOURCE_EXHAUSTED
 //     overload.
 //
-// The pipeline is also usable without gRPC: CheckHeader, Images and Video.
+// The pipeline is also usable without gRPC: DecodeImage, Images and Video.
 package compress

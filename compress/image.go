@@ -17,6 +17,7 @@ import (
 	"willow/flex"
 	"willow/limits"
 	"willow/media"
+	"willow/mediaheader"
 )
 
 // CodecH264 is the codec label of video outputs. Image codecs are the
@@ -99,7 +100,7 @@ func (o ImageOptions) withDefaults() ImageOptions {
 
 // DecodeImage checks the header of data and decodes it upright (EXIF
 // orientation of JPEG input applied, HEIF transformations applied). The
-// error contract is that of CheckHeader plus ErrCorrupt for bad pixel data.
+// error contract is that of mediaheader.Check plus ErrCorrupt for bad pixel data.
 func DecodeImage(data []byte, maxPixels int64) (image.Image, error) {
 	return decode(data, maxPixels, 0)
 }
@@ -110,14 +111,14 @@ func decode(data []byte, maxPixels int64, target int) (image.Image, error) {
 	if maxPixels <= 0 {
 		maxPixels = limits.DefaultMaxPixels
 	}
-	f, _, _, err := CheckHeader(bytes.NewReader(data), maxPixels)
+	f, _, _, err := mediaheader.Check(bytes.NewReader(data), maxPixels)
 	if err != nil {
 		return nil, err
 	}
 	switch f {
-	case FormatHEIC:
+	case mediaheader.FormatHEIC:
 		return decodeHEIC(data, maxPixels)
-	case FormatPNG:
+	case mediaheader.FormatPNG:
 		img, err := png.Decode(bytes.NewReader(data))
 		if err != nil {
 			return nil, fmt.Errorf("png: %v: %w", err, ErrCorrupt)

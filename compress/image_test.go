@@ -20,52 +20,6 @@ import (
 	"willow/internal/testenv"
 )
 
-func TestCheckHeader(t *testing.T) {
-	heic, err := compress.Images(context.Background(), jpegOf(t, gradient(640, 480), 90),
-		compress.ImageOptions{Codec: flex.CodecHEIC, Quality: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := func(p string) []byte {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	tests := []struct {
-		name   string
-		data   []byte
-		max    int64
-		format compress.Format
-		w, h   int
-		err    error
-	}{
-		{"jpeg photo", read(filepath.Join(sharedPhotos, "mate_Storm.jpg")), 0, compress.FormatJPEG, 1920, 1280, nil},
-		{"png photo", read(filepath.Join(sharedPhotos, "skimage_coffee.png")), 0, compress.FormatPNG, 600, 400, nil},
-		{"heic", heic[0].Data, 0, compress.FormatHEIC, 640, 480, nil},
-		{"png bomb", read(filepath.Join(sharedBad, "bomb.png")), 0, compress.FormatPNG, 50000, 50000, compress.ErrPixelBomb},
-		{"bomb copy", read("testdata/bomb.png"), 0, compress.FormatPNG, 50000, 50000, compress.ErrPixelBomb},
-		{"jpeg over small limit", read(filepath.Join(sharedPhotos, "mate_Storm.jpg")), 1000, compress.FormatJPEG, 1920, 1280, compress.ErrPixelBomb},
-		{"heic over small limit", heic[0].Data, 1000, compress.FormatHEIC, 640, 480, compress.ErrPixelBomb},
-		{"garbage", []byte("hello, this is not an image"), 0, "", 0, 0, compress.ErrUnsupported},
-		{"empty", nil, 0, "", 0, 0, compress.ErrCorrupt},
-		{"jpeg cut in header", read(filepath.Join(sharedPhotos, "mate_Storm.jpg"))[:100], 0, compress.FormatJPEG, 0, 0, compress.ErrCorrupt},
-		{"heic cut in header", heic[0].Data[:40], 0, compress.FormatHEIC, 0, 0, compress.ErrCorrupt},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f, w, h, err := compress.CheckHeader(bytes.NewReader(tt.data), tt.max)
-			if !errors.Is(err, tt.err) || (tt.err == nil && err != nil) {
-				t.Fatalf("err = %v, want %v", err, tt.err)
-			}
-			if f != tt.format || (tt.w != 0 && (w != tt.w || h != tt.h)) {
-				t.Fatalf("got %s %dx%d, want %s %dx%d", f, w, h, tt.format, tt.w, tt.h)
-			}
-		})
-	}
-}
-
 func TestDecodeBadInput(t *testing.T) {
 	tests := []struct {
 		file string
@@ -277,23 +231,4 @@ func TestMemoryBound(t *testing.T) {
 			}
 		})
 	}
-}
-
-func FuzzCheckHeader(f *testing.F) {
-	// small.heic: heif-enc -q 50 -o testdata/small.heic testdata/orient-1.jpg
-	for _, p := range []string{filepath.Join(sharedPhotos, "mate_Storm.jpg"), filepath.Join(sharedPhotos, "skimage_coffee.png"),
-		"testdata/bomb.png", "testdata/orient-6.jpg", "testdata/small.heic"} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b[:min(len(b), 4096)])
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		const max = 1 << 20
-		_, w, h, err := compress.CheckHeader(bytes.NewReader(b), max)
-		if err == nil && (w <= 0 || h <= 0 || int64(w)*int64(h) > max) {
-			t.Fatalf("accepted %dx%d", w, h)
-		}
-	})
 }

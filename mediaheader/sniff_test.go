@@ -45,7 +45,7 @@ func TestSniff(t *testing.T) {
 	}{
 		{"jpeg file", head(t, "../../shared/testdata/photos/mate_Wood.jpg"), mediaheader.TypeJPEG, false},
 		{"png file", head(t, "../../shared/testdata/photos/skimage_coffee.png"), mediaheader.TypePNG, false},
-		{"heic file", head(t, "../compress/testdata/small.heic"), mediaheader.TypeHEIC, false},
+		{"heic file", head(t, "testdata/small.heic"), mediaheader.TypeHEIC, false},
 		{"truncated jpeg still a jpeg", head(t, "../../shared/testdata/bad/truncated.jpg"), mediaheader.TypeJPEG, false},
 		{"avi file", head(t, "../../shared/testdata/videos/tree.avi"), mediaheader.TypeAVI, true},
 		{"mpeg file", head(t, "../../shared/testdata/videos/cube.mpeg"), mediaheader.TypeMPEG, true},
