@@ -28,6 +28,7 @@ import (
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 	"willow/token"
+	"willow/upload"
 )
 
 // The soak (make soak, WILLOW_SOAK=1) runs a deploy/local cluster for
@@ -526,7 +527,7 @@ func TestSoak(t *testing.T) {
 			}
 			time.Sleep(time.Until(a.at.Add(soakStagingTTL + soakGCInterval + 10*time.Second)))
 			err := c.abandonedStatus(a)
-			if status.Code(err) == codes.NotFound && rpcstatus.Reason(err) == "upload_expired" {
+			if status.Code(err) == codes.NotFound && rpcstatus.Reason(err) == upload.ReasonUploadExpired {
 				expiredOK++
 			} else {
 				expiredBad++
