@@ -9,12 +9,13 @@ RUN_DIR ?= ./run
 setup:
 	@bash scripts/setup.sh
 
-# The version willow_build_info and `willow version` report; the revision
-# is the git commit go build stamps by itself.
+# The version and revision willow_build_info and `willow version` report
+# (go build stamps the revision by itself unless -buildvcs=false).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 
 build: setup
-	go build -ldflags "-X willow/buildinfo.version=$(VERSION)" -o bin/ ./cmd/...
+	go build -ldflags "-X willow/buildinfo.version=$(VERSION) -X willow/buildinfo.revision=$(REVISION)" -o bin/ ./cmd/...
 
 run: build
 	./bin/willow up --dir $(RUN_DIR)

@@ -45,6 +45,9 @@ const (
 var (
 	errVersionConflict = errors.New("version conflict")
 	errNoPrevious      = errors.New("no previous version to roll back to")
+	// errUnchanged: the change asked for is the state already in force
+	// (flex set LEVEL at that level); SetFlex answers it without a commit.
+	errUnchanged = errors.New("flex state unchanged")
 )
 
 // flexState is the master's part that holds the flex document.
@@ -439,7 +442,16 @@ func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*wi
 			return cur, nil, fmt.Errorf("%w: the flex state is at version %d, you expected %d: reread it and retry", errVersionConflict, cur.Version, ev)
 		}
 		nd := s.applyChange(cur, req, actor, req.GetReason())
+		if s.sameEffect(cur, nd) {
+			return cur, nil, errUnchanged
+		}
 		return nd, &willowv1.AuditEntry{Actor: actor, Action: action, Scope: req.GetScope(), Reason: req.GetReason()}, nil
+	}
+	unchanged := func() (*willowv1.SetFlexResponse, error) {
+		// Nothing to do: no new version, no audit entry, no hold.
+		s.flexChanges.WithLabelValues(action, "unchanged").Inc()
+		_, st, _ := s.current()
+		return &willowv1.SetFlexResponse{Flex: st, Previous: st}, nil
 	}
 	if req.GetDryRun() {
 		rctx, cancel := context.WithTimeout(ctx, redisTimeout)
@@ -449,6 +461,9 @@ func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*wi
 			return nil, flexStatus(err)
 		}
 		nd, _, err := mut(cur)
+		if errors.Is(err, errUnchanged) {
+			return unchanged()
+		}
 		if err != nil {
 			return nil, flexStatus(err)
 		}
@@ -463,6 +478,9 @@ func (s *Server) SetFlex(ctx context.Context, req *willowv1.SetFlexRequest) (*wi
 		return &willowv1.SetFlexResponse{Flex: next, Previous: prev}, nil
 	}
 	prev, next, err := s.commit(ctx, mut)
+	if errors.Is(err, errUnchanged) {
+		return unchanged()
+	}
 	if err != nil {
 		err = flexStatus(err)
 		s.flexChanges.WithLabelValues(action, rpcstatus.Reason(err)).Inc()
@@ -515,6 +533,21 @@ func (s *Server) applyChange(cur flexDoc, req *willowv1.SetFlexRequest, actor, r
 	}
 	nd.Auto = s.pauseAuto(cur.Auto, actor, reason, now)
 	return nd
+}
+
+// sameEffect reports whether documents a and b render to the same level,
+// knobs and scopes (what nodes run), whatever their versions and
+// attribution.
+func (s *Server) sameEffect(a, b flexDoc) bool {
+	ra, err := s.plans.Render(a.Setting)
+	if err != nil {
+		return false
+	}
+	rb, err := s.plans.Render(b.Setting)
+	if err != nil {
+		return false
+	}
+	return proto.Equal(ra, rb)
 }
 
 func merge(dst, src map[string]string) map[string]string {

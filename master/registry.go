@@ -424,8 +424,17 @@ func (s *Server) runRefresh(ctx context.Context) {
 }
 
 // ListNodes lists every known node with its state, read fresh from Redis
-// (the cached snapshot when Redis does not answer).
+// (the cached snapshot when Redis does not answer). Masters do not
+// register; role "master" asks for the answering master itself (its
+// gRPC and admin addresses; reason "leader" while it holds the lease).
 func (s *Server) ListNodes(ctx context.Context, req *willowv1.ListNodesRequest) (*willowv1.ListNodesResponse, error) {
+	if req.GetRole() == "master" {
+		self := &willowv1.NodeStatus{Node: s.node.Info(), State: "healthy", StateSinceUnixMs: s.started.UnixMilli()}
+		if s.isLeader() {
+			self.Reason = "leader"
+		}
+		return &willowv1.ListNodesResponse{Nodes: []*willowv1.NodeStatus{self}}, nil
+	}
 	v, err := s.refresh(ctx)
 	if err != nil {
 		s.log.Warn("list nodes: using cache", "err", err)

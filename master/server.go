@@ -186,6 +186,8 @@ type Server struct {
 	log    *slog.Logger
 	prober Prober
 	met    *metrics
+	// started is when New ran (the master's own "since" in ListNodes).
+	started time.Time
 
 	mu      sync.Mutex // guards view, drills and leader
 	view    *view      // last registry snapshot loaded from Redis
@@ -217,6 +219,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.started = s.now()
 	if s.log == nil {
 		s.log = deps.Node.Logger()
 	}

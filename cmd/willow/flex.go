@@ -128,27 +128,83 @@ func cmdFlex(ctx context.Context, m *Main, args []string) error {
 			return err
 		}
 		if g.json {
-			return writeFlexJSON(m.Stdout, flex.AuditRecords(resp.GetEntries()))
-		}
-		tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tACTOR\tACTION\tRESULT\tVERSION\tCHANGE\tREASON")
-		for _, e := range resp.GetEntries() {
-			result, change := "accepted", e.GetTo()
-			if !e.GetAccepted() {
-				result, change = "DENIED", e.GetError()
+			// A listing: one object per line.
+			enc := json.NewEncoder(m.Stdout)
+			for _, r := range flex.AuditRecords(resp.GetEntries()) {
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d->v%d\t%s\t%s\n", time.UnixMilli(e.GetAtUnixMs()).UTC().Format(time.RFC3339),
-				e.GetActor(), e.GetAction(), result, e.GetFromVersion(), e.GetToVersion(), change, e.GetReason())
+			return nil
 		}
-		return tw.Flush()
+		return printHistory(m.Stdout, resp.GetEntries())
 	}
 	return usagef("unknown flex command %q\n%s", sub, flexUsage)
 }
 
-func writeFlexJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// writeFlexJSON writes a single answer: one JSON object on one line.
+func writeFlexJSON(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+
+// historyWidth is the width the history table keeps to: CHANGE and REASON
+// wrap onto continuation lines instead of widening it.
+const (
+	historyWidth  = 100
+	historyColumn = 30 // width of the wrapped CHANGE and REASON columns
+)
+
+// printHistory writes the audit log as a table whose long changes and
+// reasons wrap within their columns.
+func printHistory(w io.Writer, entries []*willowv1.AuditEntry) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tACTOR\tACTION\tRESULT\tVERSION\tCHANGE\tREASON")
+	for _, e := range entries {
+		result, change := "accepted", e.GetTo()
+		if !e.GetAccepted() {
+			result, change = "DENIED", e.GetError()
+		}
+		cs, rs := wrap(change, historyColumn), wrap(e.GetReason(), historyColumn)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d->v%d\t%s\t%s\n", time.UnixMilli(e.GetAtUnixMs()).UTC().Format("2006-01-02 15:04:05"),
+			e.GetActor(), e.GetAction(), result, e.GetFromVersion(), e.GetToVersion(), at(cs, 0), at(rs, 0))
+		for i := 1; i < max(len(cs), len(rs)); i++ {
+			fmt.Fprintf(tw, "\t\t\t\t\t%s\t%s\n", at(cs, i), at(rs, i))
+		}
+	}
+	return tw.Flush()
+}
+
+func at(lines []string, i int) string {
+	if i < len(lines) {
+		return lines[i]
+	}
+	return ""
+}
+
+// wrap breaks s into lines of at most width runes, at spaces where it can
+// and inside a word longer than width.
+func wrap(s string, width int) []string {
+	var lines []string
+	var cur []rune
+	for _, word := range strings.Fields(s) {
+		rw := []rune(word)
+		for len(rw) > width {
+			if len(cur) > 0 {
+				lines, cur = append(lines, string(cur)), nil
+			}
+			lines, rw = append(lines, string(rw[:width])), rw[width:]
+		}
+		switch {
+		case len(cur) == 0:
+			cur = rw
+		case len(cur)+1+len(rw) <= width:
+			cur = append(append(cur, ' '), rw...)
+		default:
+			lines, cur = append(lines, string(cur)), rw
+		}
+	}
+	if len(cur) > 0 || len(lines) == 0 {
+		lines = append(lines, string(cur))
+	}
+	return lines
 }
 
 // printFlex writes the state for humans: level, version, expiry, knobs,
@@ -190,14 +246,22 @@ func printFlexKnobs(w io.Writer, indent string, knobs map[string]string) {
 // printFlexChange writes the outcome of a change: new version and the diff.
 func printFlexChange(w io.Writer, asJSON bool, resp *willowv1.SetFlexResponse, dryRun bool) error {
 	diff := flex.Diff(resp.GetPrevious(), resp.GetFlex())
+	st := resp.GetFlex()
+	// The master answers a change to the state already in force without
+	// a new version.
+	unchanged := st.GetVersion() == resp.GetPrevious().GetVersion()
 	if asJSON {
 		return writeFlexJSON(w, struct {
-			Flex    flex.Status   `json:"flex"`
-			Changes []flex.Change `json:"changes"`
-			DryRun  bool          `json:"dry_run,omitempty"`
-		}{flex.NewStatus(resp.GetFlex()), diff, dryRun})
+			Flex      flex.Status   `json:"flex"`
+			Changes   []flex.Change `json:"changes"`
+			DryRun    bool          `json:"dry_run,omitempty"`
+			Unchanged bool          `json:"unchanged,omitempty"`
+		}{flex.NewStatus(st), diff, dryRun, unchanged})
 	}
-	st := resp.GetFlex()
+	if unchanged {
+		fmt.Fprintf(w, "flex already at level %s, version %d: nothing changed\n", st.GetLevel(), st.GetVersion())
+		return nil
+	}
 	if dryRun {
 		fmt.Fprintf(w, "dry run: would change version %d:\n", resp.GetPrevious().GetVersion())
 	} else {

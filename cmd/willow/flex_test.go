@@ -122,9 +122,17 @@ func TestFlexCLI(t *testing.T) {
 	}
 
 	r = runFlexCLI(t, env, "flex", "history", "--json")
+	if r.code != 0 {
+		t.Fatalf("history --json: %+v", r)
+	}
+	// A listing: one JSON object per line.
 	var hist []map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &hist); err != nil || r.code != 0 {
-		t.Fatalf("history --json: %+v %v", r, err)
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("history --json line %q: %v", line, err)
+		}
+		hist = append(hist, e)
 	}
 	var accepted, denied int
 	for _, e := range hist {
@@ -141,5 +149,52 @@ func TestFlexCLI(t *testing.T) {
 	}
 	if r := runFlexCLI(t, env, "flex", "history"); r.code != 0 || !strings.Contains(r.stdout, "DENIED") {
 		t.Fatalf("history: %+v", r)
+	}
+
+	// Setting the level in force changes nothing: no new version, says so.
+	if r := runFlexCLI(t, withToken, "flex", "set", "normal", "--reason", "clear the scope"); r.code != 0 || !strings.Contains(r.stdout, "region:a level: yellow -> normal") {
+		t.Fatalf("set normal: %+v", r)
+	}
+	before := statusJSON()["version"]
+	r = runFlexCLI(t, withToken, "flex", "set", "normal", "--reason", "again")
+	if r.code != 0 || !strings.Contains(r.stdout, "already at level normal") || !strings.Contains(r.stdout, "nothing changed") {
+		t.Fatalf("set normal at normal: %+v", r)
+	}
+	r = runFlexCLI(t, withToken, "flex", "set", "normal", "--reason", "again", "--json")
+	var ch map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &ch); err != nil || ch["unchanged"] != true || strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("set normal --json: %+v (%v)", r, err)
+	}
+	if after := statusJSON()["version"]; after != before {
+		t.Fatalf("version %v -> %v after a no-op set", before, after)
+	}
+
+	// Global flags after the command and its subcommand, as kubectl takes
+	// them.
+	for _, args := range [][]string{
+		{"flex", "--master", addr, "status", "--json"},
+		{"--master", addr, "--json", "flex", "status"},
+		{"flex", "status", "--master=" + addr, "--json"},
+	} {
+		r := runFlexCLI(t, nil, args...)
+		var v map[string]any
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil || v["level"] != "normal" {
+			t.Errorf("willow %s: %+v", strings.Join(args, " "), r)
+		}
+	}
+
+	// A long reason wraps in the history table instead of widening it.
+	long := strings.Repeat("the upload fleet in region a is saturated and we shed prefetch ", 4)
+	if r := runFlexCLI(t, withToken, "flex", "knob", "shed_ratio.prefetch=0.25", "--reason", long); r.code != 0 {
+		t.Fatalf("knob: %+v", r)
+	}
+	r = runFlexCLI(t, env, "flex", "history", "--limit", "1")
+	if r.code != 0 || !strings.Contains(r.stdout, "saturated") {
+		t.Fatalf("history: %+v", r)
+	}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if len(line) > 130 {
+			t.Errorf("history line of %d columns: %q", len(line), line)
+		}
 	}
 }

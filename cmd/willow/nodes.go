@@ -18,6 +18,7 @@ type nodeLine struct {
 	Zone          string  `json:"zone,omitempty"`
 	Addr          string  `json:"addr"`
 	HTTPAddr      string  `json:"http_addr,omitempty"`
+	AdminAddr     string  `json:"admin_addr,omitempty"` // /metrics and /healthz
 	State         string  `json:"state"`
 	Since         string  `json:"since,omitempty"`
 	Reason        string  `json:"reason,omitempty"`
@@ -53,9 +54,18 @@ func cmdNodes(ctx context.Context, m *Main, args []string) error {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := willowv1.NewMasterClient(conn).ListNodes(ctx, &willowv1.ListNodesRequest{Role: *role})
+	mc := willowv1.NewMasterClient(conn)
+	resp, err := mc.ListNodes(ctx, &willowv1.ListNodesRequest{Role: *role})
 	if err != nil {
 		return err
+	}
+	if *role == "" {
+		// The master itself first (masters do not register as nodes).
+		self, err := mc.ListNodes(ctx, &willowv1.ListNodesRequest{Role: "master"})
+		if err != nil {
+			return err
+		}
+		resp.Nodes = append(self.GetNodes(), resp.GetNodes()...)
 	}
 	if g.json {
 		enc := json.NewEncoder(m.Stdout)
@@ -63,7 +73,7 @@ func cmdNodes(ctx context.Context, m *Main, args []string) error {
 			info, l := n.GetNode(), n.GetLoad()
 			if err := enc.Encode(nodeLine{
 				ID: info.GetId(), Role: info.GetRole(), Region: info.GetRegion(), Zone: info.GetZone(),
-				Addr: info.GetAddr(), HTTPAddr: info.GetHttpAddr(), State: n.GetState(),
+				Addr: info.GetAddr(), HTTPAddr: info.GetHttpAddr(), AdminAddr: info.GetAdminAddr(), State: n.GetState(),
 				Since: msTime(n.GetStateSinceUnixMs()), Reason: n.GetReason(),
 				LastHeartbeat: msTime(n.GetLastHeartbeatUnixMs()), CPU: l.GetCpu(), InFlight: l.GetInFlight(),
 				QueueMs: l.GetQueueMs(), SuccessRate: l.GetSuccessRate(), Requests: l.GetRequests(),
@@ -74,7 +84,7 @@ func cmdNodes(ctx context.Context, m *Main, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tREGION\tADDR\tSTATE\tLOAD\tSINCE\tID\tREASON")
+	fmt.Fprintln(tw, "ROLE\tREGION\tADDR\tADMIN\tSTATE\tLOAD\tSINCE\tID\tREASON")
 	now := time.Now()
 	for _, n := range resp.GetNodes() {
 		info, l := n.GetNode(), n.GetLoad()
@@ -83,7 +93,14 @@ func cmdNodes(ctx context.Context, m *Main, args []string) error {
 		if ms := n.GetStateSinceUnixMs(); ms > 0 {
 			since = now.Sub(time.UnixMilli(ms)).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.GetRole(), info.GetRegion(), info.GetAddr(),
+		region := info.GetRegion()
+		if region == "" {
+			region = "-"
+		}
+		if n.GetLoad() == nil {
+			load = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.GetRole(), region, info.GetAddr(), info.GetAdminAddr(),
 			n.GetState(), load, since, info.GetId(), n.GetReason())
 	}
 	return tw.Flush()

@@ -52,7 +52,7 @@ func startMasterWithNodes(t *testing.T) (masterAddr string, nodes []*node.Node) 
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		out, _, code := runCLI(t, "nodes", "--master", mn.Addr(), "--json")
-		if code == 0 && strings.Count(out, `"healthy"`) == 2 {
+		if code == 0 && strings.Count(out, `"healthy"`) == 3 { // the master and two fronts
 			break
 		}
 		if time.Now().After(deadline) {
@@ -78,15 +78,21 @@ func TestNodesJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("%d lines, want one per node:\n%s", len(lines), out)
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want the master and one per node:\n%s", len(lines), out)
 	}
-	for i, line := range lines {
+	var self map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &self); err != nil || self["role"] != "master" || self["addr"] != addr ||
+		self["admin_addr"] == "" || self["admin_addr"] == nil || self["state"] != "healthy" {
+		t.Errorf("first line is not the master with its admin address: %s (%v)", lines[0], err)
+	}
+	for i, line := range lines[1:] {
 		var got map[string]any
 		if err := json.Unmarshal([]byte(line), &got); err != nil {
 			t.Fatalf("line %d not JSON: %v: %s", i, err, line)
 		}
-		want := map[string]any{"role": "upload", "region": nodes[i].Config().Region, "addr": nodes[i].Addr(), "state": "healthy"}
+		want := map[string]any{"role": "upload", "region": nodes[i].Config().Region, "addr": nodes[i].Addr(), "state": "healthy",
+			"admin_addr": nodes[i].AdvertisedAdminAddr()}
 		for k, v := range want {
 			if got[k] != v {
 				t.Errorf("line %d: %s = %v, want %v", i, k, got[k], v)
