@@ -72,7 +72,7 @@ func startMasterWithFront(t *testing.T) (masterAddr string, front *node.Node) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		out, _, code := runCLI(t, "nodes", "--master", mn.Addr(), "--json")
-		if code == 0 && strings.Contains(out, `"healthy"`) {
+		if code == 0 && strings.Contains(out, `"role":"upload"`) && strings.Count(out, `"healthy"`) == 2 { // the master and the front
 			break
 		}
 		if time.Now().After(deadline) {

@@ -148,7 +148,7 @@ while :; do
 	for f in "$DIR"/run/*.pid; do
 		alive "$(cat "$f")" || die "$(basename "$f" .pid) exited during start-up; see $DIR/logs/$(basename "$f" .pid).log"
 	done
-	healthy=$("$BIN/willow" nodes --cluster "$DIR/cluster.json" --json 2>/dev/null | grep -c '"state":"healthy"' || true)
+	healthy=$("$BIN/willow" nodes --cluster "$DIR/cluster.json" --json 2>/dev/null | grep '"state":"healthy"' | grep -vc '"role":"master"' || true)
 	if ((healthy >= want)); then
 		break
 	fi
