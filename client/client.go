@@ -102,6 +102,13 @@ type UploadResult struct {
 	State  string `json:"state,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// SentBytes is how many bytes of the file were sent in all, over
+	// every attempt: Bytes when nothing was resent, less when an earlier
+	// upload of the same ID had sent some.
+	SentBytes int64 `json:"sent_bytes"`
+	// Fronts are the node IDs of the fronts tried, in order; the last
+	// one committed.
+	Fronts []string `json:"fronts,omitempty"`
 }
 
 // ErrMediaFailed is returned (wrapped, with the UploadResult) when the
@@ -137,8 +144,11 @@ func (c *Client) UploadFile(ctx context.Context, path string, opts UploadOptions
 
 // Upload uploads size bytes from r. The same UploadID (for the same user)
 // always yields the same media ID. A broken stream is resumed from the
-// front's durable offset; a failed front is replaced by one of another
-// region, per Router.Call.
+// front's durable offset; a failed front is replaced by another healthy
+// front of the same region, which resumes the session from the region's
+// durable offset, and only when the region has none left by a front of
+// the other region, starting over (Router.CallSession: the retries knob
+// and the retry budget apply).
 func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts UploadOptions) (*UploadResult, error) {
 	if c.Token == nil {
 		return nil, errors.New("client: no upload token source")
@@ -163,11 +173,14 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 	}
 	ctx = WithToken(WithRequest(ctx, opts.Business, opts.User), tok)
 	var res *UploadResult
-	err = c.Router.Call(ctx, "upload", opts.Business, func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error {
+	var sent int64
+	var fronts []string
+	err = c.Router.CallSession(ctx, "upload", opts.Business, func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error {
 		actx, cancel := context.WithTimeout(ctx, c.timeout())
 		defer cancel()
+		fronts = append(fronts, ep.GetNodeId())
 		var err error
-		res, err = uploadTo(actx, willowv1.NewUploadClient(conn), r, size, sum, tok, opts)
+		res, err = uploadTo(actx, willowv1.NewUploadClient(conn), r, size, sum, tok, opts, &sent)
 		if res != nil && res.Region == "" {
 			res.Region = ep.GetRegion()
 		}
@@ -176,6 +189,7 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 	if err != nil {
 		return nil, err
 	}
+	res.SentBytes, res.Fronts = sent, fronts
 	if res.State == "failed" {
 		return res, fmt.Errorf("%w: %s: %s", ErrMediaFailed, res.Reason, res.Error)
 	}
@@ -191,7 +205,7 @@ func (c *Client) timeout() time.Duration {
 
 // uploadTo runs Begin, the chunk stream and Commit against one front,
 // resuming through Status when the stream breaks (at most a few times).
-func uploadTo(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, size int64, sum, tok string, opts UploadOptions) (*UploadResult, error) {
+func uploadTo(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, size int64, sum, tok string, opts UploadOptions, sent *int64) (*UploadResult, error) {
 	begin, err := uc.Begin(ctx, &willowv1.BeginRequest{
 		UploadId: opts.UploadID, Token: tok, Business: opts.Business, User: opts.User,
 		Kind: opts.Kind, Size: size, Sha256: sum, Filename: opts.Filename,
@@ -202,7 +216,7 @@ func uploadTo(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, size
 	if !begin.GetCommitted() {
 		offset := begin.GetOffset()
 		for attempt := 0; offset < size; attempt++ {
-			off, serr := sendChunks(ctx, uc, r, size, offset, opts.UploadID)
+			off, serr := sendChunks(ctx, uc, r, size, offset, opts.UploadID, sent)
 			if serr == nil {
 				offset = off
 				break
@@ -236,7 +250,8 @@ func resumable(err error) bool {
 	return false
 }
 
-func sendChunks(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, size, offset int64, uploadID string) (int64, error) {
+// sendChunks streams [offset, size) of r, adding what it sends to *sent.
+func sendChunks(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, size, offset int64, uploadID string, sent *int64) (int64, error) {
 	stream, err := uc.Chunks(ctx)
 	if err != nil {
 		return offset, err
@@ -256,6 +271,7 @@ func sendChunks(ctx context.Context, uc willowv1.UploadClient, r io.ReaderAt, si
 			}
 			return offset, err
 		}
+		*sent += n
 		off += n
 	}
 	resp, err := stream.CloseAndRecv()

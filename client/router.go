@@ -286,22 +286,8 @@ func (r *Router) Call(ctx context.Context, role, business string, fn func(ctx co
 	retries := r.Knobs().Retries
 	for i, ep := range plan {
 		if i > 0 {
-			if !retries {
-				return err
-			}
-			if !r.budget.AllowRetry() {
-				// RESOURCE_EXHAUSTED retry_budget, as shedding and
-				// docs/shedding.md promise; the last failure is in the text.
-				return rpcstatus.Overload(shedding.ReasonRetryBudget, shedding.RetryAfterOverload,
-					"retry budget spent; last attempt: %s", rpcstatus.Line(err))
-			}
-			if ra := rpcstatus.RetryAfter(err); ra > 0 {
-				if ra > MaxRetryAfter {
-					ra = MaxRetryAfter
-				}
-				if serr := r.cfg.Sleep(ctx, ra); serr != nil {
-					return err
-				}
+			if gerr := r.mayRetry(ctx, retries, err); gerr != nil {
+				return gerr
 			}
 		}
 		conn, cerr := r.Conn(ep.GetAddr())
@@ -319,6 +305,101 @@ func (r *Router) Call(ctx context.Context, role, business string, fn func(ctx co
 		}
 	}
 	return err
+}
+
+// mayRetry is the gate before a retry after err: nil when it may go
+// ahead (after sleeping the server's retry-after, capped), else the error
+// to return: err itself with retries off, RESOURCE_EXHAUSTED retry_budget
+// when the budget is spent.
+func (r *Router) mayRetry(ctx context.Context, retries bool, err error) error {
+	if !retries {
+		return err
+	}
+	if !r.budget.AllowRetry() {
+		// RESOURCE_EXHAUSTED retry_budget, as shedding and
+		// docs/shedding.md promise; the last failure is in the text.
+		return rpcstatus.Overload(shedding.ReasonRetryBudget, shedding.RetryAfterOverload,
+			"retry budget spent; last attempt: %s", rpcstatus.Line(err))
+	}
+	if ra := rpcstatus.RetryAfter(err); ra > 0 {
+		if ra > MaxRetryAfter {
+			ra = MaxRetryAfter
+		}
+		if serr := r.cfg.Sleep(ctx, ra); serr != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CallSession is Call for a call that continues a session the role's
+// nodes of one region share (an upload: any front of the region resumes
+// it from the region's store). A retry goes to another healthy node of
+// the region of the first attempt — never a node already tried — and
+// only when that region has no untried healthy node left to the other
+// region, where the session starts over. The route is asked again after
+// a failure, so a node the master ejected meanwhile is not tried. The
+// retries knob, MaxRetries and the retry budget apply as in Call.
+func (r *Router) CallSession(ctx context.Context, role, business string, fn func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error) error {
+	tried := map[string]bool{}
+	region := ""
+	var err error
+	r.budget.OnRequest()
+	for attempt := 0; attempt <= r.cfg.MaxRetries; attempt++ {
+		resp, rerr := r.Route(ctx, role, business)
+		if rerr != nil {
+			if err == nil {
+				return rerr
+			}
+			return err
+		}
+		ep := sessionEndpoint(resp, tried, region)
+		if ep == nil {
+			if err == nil {
+				return rpcstatus.New(codes.Unavailable, ReasonNoEndpoint, "%v: %s", ErrNoEndpoint, role)
+			}
+			return err
+		}
+		if attempt == 0 {
+			region = ep.GetRegion()
+		} else if gerr := r.mayRetry(ctx, r.Knobs().Retries, err); gerr != nil {
+			return gerr
+		}
+		tried[ep.GetAddr()] = true
+		conn, cerr := r.Conn(ep.GetAddr())
+		if cerr != nil {
+			err = status.Error(codes.Unavailable, cerr.Error())
+			continue
+		}
+		err = fn(ctx, conn, ep)
+		if err == nil || !Retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		if status.Code(err) == codes.Unavailable {
+			r.Invalidate(role, business)
+		}
+	}
+	return err
+}
+
+// sessionEndpoint is the next endpoint of a session: the first untried
+// one of region (any region when ""), else the first untried one of
+// another region.
+func sessionEndpoint(resp *willowv1.RouteResponse, tried map[string]bool, region string) *willowv1.Endpoint {
+	all := append(append([]*willowv1.Endpoint{}, resp.GetPrimary()...), resp.GetSecondary()...)
+	var other *willowv1.Endpoint
+	for _, ep := range all {
+		if tried[ep.GetAddr()] {
+			continue
+		}
+		if region == "" || ep.GetRegion() == region {
+			return ep
+		}
+		if other == nil {
+			other = ep
+		}
+	}
+	return other
 }
 
 // attemptPlan is the order of endpoints a call tries: the first primary

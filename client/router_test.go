@@ -163,3 +163,40 @@ func TestRetryBudgetCapsRetries(t *testing.T) {
 		t.Fatal("no call failed with reason retry_budget")
 	}
 }
+
+// TestCallSessionStaysInRegion: a session call retries on another healthy
+// node of its region first (never the failed one), and goes to the other
+// region only when its region has no untried node; retries off and the
+// budget still apply.
+func TestCallSessionStaysInRegion(t *testing.T) {
+	tests := []struct {
+		name      string
+		retries   string
+		fail      map[string]bool // node IDs that fail UNAVAILABLE
+		wantTried []string
+		wantErr   bool
+	}{
+		{"first front down: the other front of region a", "on", map[string]bool{"a1": true}, []string{"a1", "a2"}, false},
+		{"region a down: region b", "on", map[string]bool{"a1": true, "a2": true}, []string{"a1", "a2", "b1"}, false},
+		{"everything down: MaxRetries", "on", map[string]bool{"a1": true, "a2": true, "b1": true, "b2": true}, []string{"a1", "a2", "b1"}, true},
+		{"retries off: no retry", "off", map[string]bool{"a1": true}, []string{"a1"}, true},
+		{"success: one attempt", "on", nil, []string{"a1"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := serveMaster(t, &fakeMaster{reply: reply(tc.retries)})
+			r := newRouter(t, addr, nil)
+			var tried []string
+			err := r.CallSession(context.Background(), "upload", "moments", func(ctx context.Context, _ *grpc.ClientConn, ep *willowv1.Endpoint) error {
+				tried = append(tried, ep.GetNodeId())
+				if tc.fail[ep.GetNodeId()] {
+					return status.Error(codes.Unavailable, "down")
+				}
+				return nil
+			})
+			if (err != nil) != tc.wantErr || strings.Join(tried, ",") != strings.Join(tc.wantTried, ",") {
+				t.Fatalf("tried %v (err %v), want %v (error %v)", tried, err, tc.wantTried, tc.wantErr)
+			}
+		})
+	}
+}

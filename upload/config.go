@@ -89,9 +89,24 @@ type Config struct {
 	// DefaultRetryMin, DefaultRetryMax.
 	RetryMin time.Duration `yaml:"retry_min"`
 	RetryMax time.Duration `yaml:"retry_max"`
+	// MaxInternalAttempts caps the compress attempts of one job that
+	// answer INTERNAL (UNKNOWN, DATA_LOSS); the job then fails with reason
+	// retries_exhausted. Default DefaultMaxInternalAttempts.
+	MaxInternalAttempts int `yaml:"max_internal_attempts"`
+	// MaxRetryAge caps how long a job is retried through any transient
+	// error; then it fails with reason retries_exhausted. Default
+	// DefaultMaxRetryAge.
+	MaxRetryAge time.Duration `yaml:"max_retry_age"`
 	// SyncEvery: a chunk stream fsyncs the staging file at least every
 	// SyncEvery bytes (and always at its end); default DefaultSyncEvery.
 	SyncEvery int64 `yaml:"sync_every"`
+	// DisableStagingMirror turns off the copy of staged bytes to the
+	// region's store (resume.go): an upload then resumes only on the
+	// front that staged it. The mirror is on by default.
+	DisableStagingMirror bool `yaml:"disable_staging_mirror"`
+	// MirrorTimeout bounds one mirror write or read of the staging copy
+	// in the store; default DefaultMirrorTimeout.
+	MirrorTimeout time.Duration `yaml:"mirror_timeout"`
 	// PollInterval is how often Run looks for due work; default
 	// DefaultPollInterval.
 	PollInterval time.Duration `yaml:"poll_interval"`
@@ -200,6 +215,11 @@ func (c *Config) setDefaults() error {
 	defD(&c.RetryMin, DefaultRetryMin)
 	defD(&c.RetryMax, DefaultRetryMax)
 	defD(&c.PollInterval, DefaultPollInterval)
+	defD(&c.MirrorTimeout, DefaultMirrorTimeout)
+	defD(&c.MaxRetryAge, DefaultMaxRetryAge)
+	if c.MaxInternalAttempts <= 0 {
+		c.MaxInternalAttempts = DefaultMaxInternalAttempts
+	}
 	defD(&c.RetireTimeout, DefaultRetireTimeout)
 	defD(&c.ChunkIdleTimeout, DefaultChunkIdleTimeout)
 	defN := func(p *int, v int) {

@@ -22,6 +22,51 @@ func permanent(err error) bool {
 	return status.Code(err) == codes.InvalidArgument
 }
 
+// Defaults of the retry caps.
+const (
+	// DefaultMaxInternalAttempts: compress answered INTERNAL this many
+	// times for one job (it ran the task and broke on it) — a bug that
+	// the same bytes will hit again, not an outage.
+	DefaultMaxInternalAttempts = 5
+	// DefaultMaxRetryAge: any transient error (an outage, overload) is
+	// retried for this long, then the job is failed. Long enough to ride
+	// out a holiday-sized compress outage.
+	DefaultMaxRetryAge = 72 * time.Hour
+)
+
+// internalErr reports whether err is a compress answer of INTERNAL,
+// UNKNOWN or DATA_LOSS (not a transport failure, a deadline or our own
+// store error, which carry no gRPC status or another code).
+func internalErr(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		return true
+	}
+	return false
+}
+
+// exhausted returns the dead-letter cause when j, failing now with the
+// transient err, has reached a retry cap; nil while it may be retried.
+func (s *Server) exhausted(j job, err error) error {
+	if err == nil {
+		return nil
+	}
+	if internalErr(err) && j.Internal+1 >= s.cfg.MaxInternalAttempts {
+		return fail(ReasonRetriesExhausted,
+			"compress failed internally %d times (last: %s); retried only by an operator", j.Internal+1, rpcstatus.Line(err))
+	}
+	if j.FirstAt > 0 && s.now().Sub(time.UnixMilli(j.FirstAt)) >= s.cfg.MaxRetryAge {
+		return fail(ReasonRetriesExhausted,
+			"still failing after %v and %d attempts (last: %s); retried only by an operator",
+			s.cfg.MaxRetryAge, j.Attempts+1, rpcstatus.Line(err))
+	}
+	return nil
+}
+
 // fail moves the media item of j to the dead-letter state: its store
 // record says failed with the reason, and the job leaves the journal, so
 // nothing retries it until an operator's RetryMedia. Callers hold the

@@ -36,11 +36,11 @@ func (s *Server) Begin(ctx context.Context, req *willowv1.BeginRequest) (*willow
 // resolve finds the staged upload a chunk belongs to: by user and upload
 // ID when the chunk names its user, else by upload ID alone among the
 // uploads not yet committed.
-func (s *Server) resolve(uploadID, user string) (*staged, error) {
+func (s *Server) resolve(ctx context.Context, uploadID, user string) (*staged, error) {
 	notBegun := fail(ReasonUnknownUpload, "upload %q not begun on this front", uploadID)
 	if user != "" {
 		key := media.KeyFor(user, uploadID)
-		st, err := s.staged(key)
+		st, err := s.localOrAdopted(ctx, key)
 		if err != nil {
 			return nil, errInternal(err)
 		}
@@ -104,6 +104,8 @@ func chunkErr(err error) error {
 		return fail(ReasonChunkMismatch, "%v", err)
 	case errors.Is(err, errTooBig):
 		return fail(ReasonChunkTooLarge, "%v", err)
+	case errors.Is(err, errMoved):
+		return fail(ReasonUploadMoved, "%v; continue there", err)
 	}
 	return errInternal(err)
 }
@@ -136,7 +138,7 @@ func (s *Server) Chunks(raw willowv1.Upload_ChunksServer) error {
 		}
 		if cur == nil || c.GetUploadId() != curID || c.GetUser() != curUser {
 			if _, err := syncAll(); err != nil {
-				return errInternal(err)
+				return chunkErr(err)
 			}
 			// An authenticated client's chunks belong to its own uploads
 			// only (auth.ActAs: its token's user, never another's).
@@ -144,7 +146,7 @@ func (s *Server) Chunks(raw willowv1.Upload_ChunksServer) error {
 			if err != nil {
 				return err
 			}
-			if cur, err = s.resolve(c.GetUploadId(), user); err != nil {
+			if cur, err = s.resolve(stream.Context(), c.GetUploadId(), user); err != nil {
 				return err
 			}
 			curID, curUser = c.GetUploadId(), c.GetUser()
@@ -158,7 +160,7 @@ func (s *Server) Chunks(raw willowv1.Upload_ChunksServer) error {
 	}
 	off, err := syncAll()
 	if err != nil {
-		return errInternal(err)
+		return chunkErr(err)
 	}
 	return stream.SendAndClose(&willowv1.ChunksResponse{Offset: off})
 }
@@ -173,7 +175,7 @@ func (s *Server) Status(ctx context.Context, req *willowv1.StatusRequest) (*will
 		return nil, err
 	}
 	key := media.KeyFor(user, req.GetUploadId())
-	st, err := s.staged(key)
+	st, err := s.localOrAdopted(ctx, key)
 	if err != nil {
 		return nil, errInternal(err)
 	}

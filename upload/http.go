@@ -562,7 +562,7 @@ func (h *HTTP) receive(r *http.Request, st *staged, off int64, me *inflight, pro
 	}
 	durable, serr := st.Sync()
 	if err == nil && serr != nil {
-		err = errInternal(serr)
+		err = chunkErr(serr)
 	}
 	return durable, whole && err == nil, err
 }

@@ -24,6 +24,13 @@ type job struct {
 	Attempts int    `json:"attempts"`
 	NextAt   int64  `json:"next_at_ms"`
 	LastErr  string `json:"last_err,omitempty"`
+	// Internal counts the attempts compress answered INTERNAL, UNKNOWN or
+	// DATA_LOSS (it ran the task and broke): capped by
+	// Config.MaxInternalAttempts.
+	Internal int `json:"internal,omitempty"`
+	// FirstAt is when the job was journaled (ms); its retries stop after
+	// Config.MaxRetryAge.
+	FirstAt int64 `json:"first_at_ms,omitempty"`
 
 	src journal // the journal the job was read from
 }

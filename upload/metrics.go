@@ -18,6 +18,10 @@ type metrics struct {
 	// the disk bytes they gave back.
 	compactions *prometheus.CounterVec
 	reclaimed   *prometheus.CounterVec
+	// mirror counts writes of staged bytes to the region's store by
+	// outcome; adopted counts uploads taken over from another front.
+	mirror  *prometheus.CounterVec
+	adopted prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,8 +44,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Background compactions of a buffer pool."}, []string{"pool"}),
 		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_pool_reclaimed_bytes_total",
 			Help: "Disk bytes given back by pool compactions."}, []string{"pool"}),
+		mirror: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_staging_mirror_total",
+			Help: "Durable ranges of staged uploads copied to the region's store, by outcome (ok, error)."}, []string{"outcome"}),
+		adopted: prometheus.NewCounter(prometheus.CounterOpts{Name: "willow_upload_adopted_total",
+			Help: "Uploads begun on another front of the region and continued on this one."}),
 	}
-	reg.MustRegister(m.uploads, m.bytes, m.spills, m.journal, m.drained, m.compress, m.failed, m.compactions, m.reclaimed)
+	reg.MustRegister(m.uploads, m.bytes, m.spills, m.journal, m.drained, m.compress, m.failed, m.compactions, m.reclaimed, m.mirror, m.adopted)
 	m.initSeries()
 	return m
 }
@@ -65,10 +73,11 @@ func (m *metrics) initSeries() {
 	}
 	for _, o := range []string{"ok", "error"} {
 		m.compress.WithLabelValues(o)
+		m.mirror.WithLabelValues(o)
 	}
 	// The permanent refusals of compress (compress/doc.go) that move
 	// media to failed.
-	for _, r := range []string{"pixel_bomb", "corrupt_media", "too_large", "too_long", "source_missing"} {
+	for _, r := range []string{"pixel_bomb", "corrupt_media", "too_large", "too_long", "source_missing", ReasonRetriesExhausted} {
 		m.failed.WithLabelValues(r)
 	}
 }

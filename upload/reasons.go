@@ -70,6 +70,10 @@ const (
 	// ReasonWrongFront: RetryMedia of a pool-2 item on another front than
 	// the one holding its bytes.
 	ReasonWrongFront = "wrong_front"
+	// ReasonUploadMoved: another front of the region took the upload over
+	// (the client resumed there, resume.go); this front no longer accepts
+	// its bytes or its Commit.
+	ReasonUploadMoved = "upload_moved"
 )
 
 // Reasons of a front that cannot serve now (UNAVAILABLE; retry, maybe
@@ -118,6 +122,13 @@ const (
 // when compress refused its job without a reason code of its own.
 const ReasonCompressRefused = "compress_refused"
 
+// ReasonRetriesExhausted is the failure reason of a media item whose
+// compress job's transient errors outlasted the caps:
+// Config.MaxInternalAttempts attempts that compress answered INTERNAL (or
+// UNKNOWN, DATA_LOSS), or Config.MaxRetryAge since it was journaled. Sent
+// as FAILED_PRECONDITION where a status carries it.
+const ReasonRetriesExhausted = "retries_exhausted"
+
 // reasonCodes is the one table from a reason to the gRPC code the upload
 // front sends it with; fail reads it. The HTTP status of each is httpStatus's.
 var reasonCodes = map[string]codes.Code{
@@ -161,6 +172,8 @@ var reasonCodes = map[string]codes.Code{
 	ReasonPoolDisabled:         codes.FailedPrecondition,
 	ReasonNotFailed:            codes.FailedPrecondition,
 	ReasonWrongFront:           codes.FailedPrecondition,
+	ReasonUploadMoved:          codes.FailedPrecondition,
+	ReasonRetriesExhausted:     codes.FailedPrecondition,
 	ReasonStoreUnavailable:     codes.Unavailable,
 	ReasonRetiring:             codes.Unavailable,
 	ReasonUploadBusy:           codes.Unavailable,

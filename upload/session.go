@@ -181,7 +181,9 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 		return SessionState{}, fail(ReasonBadSHA256, "sha256 must be 64 hex digits")
 	}
 	key := media.KeyFor(p.User, p.UploadID)
-	st, err := s.staged(key)
+	// Staged here, or on another front of the region (adopted from the
+	// store's copy: resume.go).
+	st, err := s.localOrAdopted(ctx, key)
 	if err != nil {
 		return SessionState{}, errInternal(err)
 	}
@@ -191,6 +193,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 		unlock := s.lock(key)
 		s.markExpired(key, st.meta.UploadID)
 		s.forgetLocked(key, st.meta.UploadID)
+		s.unmirror(key, nil)
 		unlock()
 		st = nil
 	}
@@ -242,6 +245,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 		if st, err = createStaged(filepath.Join(s.upDir, key), meta); err != nil {
 			s.hold.dropStaged(key)
 		} else {
+			_ = s.attachMirror(key, st, 1, nil, false)
 			s.reserve(key, meta.Size)
 			s.unmarkExpired(key, meta.UploadID)
 		}
@@ -266,7 +270,7 @@ func (s *Server) sessionOf(ctx context.Context, key, user string) (*staged, Sess
 	if len(key) != 32 || strings.Trim(key, "0123456789abcdef") != "" {
 		return nil, SessionState{}, unknown
 	}
-	st, err := s.staged(key)
+	st, err := s.localOrAdopted(ctx, key)
 	if err != nil {
 		return nil, SessionState{}, errInternal(err)
 	}
@@ -333,6 +337,7 @@ func (s *Server) terminateSession(key string) error {
 		return fail(ReasonAlreadyCommitted, "upload %s is committed; media are not deleted by the upload protocol", key)
 	}
 	s.forgetLocked(key, st.meta.UploadID)
+	s.unmirror(key, nil)
 	return nil
 }
 
@@ -376,6 +381,7 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 		rec, ok, err := s.findCommitted(ctx, key)
 		if err == nil && ok {
 			s.m.uploads.WithLabelValues("duplicate").Inc()
+			go s.unmirror(key, nil)
 			return s.duplicateOutcome(rec), nil
 		}
 		if st != nil {
@@ -393,12 +399,19 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 	// Crashed after the record was written but before the marker?
 	if rec, ok, err := s.findCommitted(ctx, key); err == nil && ok {
 		_ = st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: rec.Location, At: s.now()})
+		go s.unmirror(key, nil)
 		s.release(key)
 		s.m.uploads.WithLabelValues("duplicate").Inc()
 		return s.duplicateOutcome(rec), nil
 	}
 	meta := st.meta
+	if err := s.checkOwner(st); err != nil {
+		return Outcome{}, err
+	}
 	durable, err := st.Sync()
+	if errors.Is(err, errMoved) {
+		return Outcome{}, movedErr(key)
+	}
 	if err != nil {
 		return Outcome{}, errInternal(err)
 	}
@@ -444,13 +457,15 @@ func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error)
 	}
 	if loc != LocationPool1 {
 		// The durable promise of variants, before the acknowledgement.
-		if err := s.journal.Add(ctx, job{Key: key, MediaID: rec.ID, Business: rec.Business, NextAt: s.now().Add(s.cfg.RetryMin).UnixMilli()}); err != nil {
+		if err := s.journal.Add(ctx, job{Key: key, MediaID: rec.ID, Business: rec.Business, NextAt: s.now().Add(s.cfg.RetryMin).UnixMilli(),
+			FirstAt: s.now().UnixMilli()}); err != nil {
 			return Outcome{}, errInternal(err)
 		}
 	}
 	if err := st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: loc, At: s.now()}); err != nil {
 		s.log.Warn("upload: commit marker", "key", key, "err", err)
 	}
+	go s.unmirror(key, st) // the region's copy of the staged bytes
 	s.hold.dropStaged(key)
 	s.release(key)
 	s.m.uploads.WithLabelValues(loc).Inc()

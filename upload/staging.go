@@ -79,6 +79,9 @@ type staged struct {
 	committed *commitMarker
 	// headerOK: the image header was read and passed the pixel check.
 	headerOK bool
+	// mirror, when set, copies every newly durable range to the region's
+	// store (resume.go); it is called under mu at the end of a sync.
+	mirror *mirror
 }
 
 func writeFileSync(path string, b []byte) error { return writeFile(path, b, true) }
@@ -357,6 +360,9 @@ func (s *staged) syncLocked() error {
 	}
 	s.durable = s.written
 	s.sinceSync = 0
+	if s.mirror != nil {
+		return s.mirror.durable(s.f, s.durable)
+	}
 	return nil
 }
 
@@ -389,6 +395,9 @@ func (s *staged) Reset() error {
 	}
 	s.written, s.durable, s.sinceSync, s.seq = 0, 0, 0, 0
 	s.h = sha256.New()
+	if s.mirror != nil {
+		s.mirror.reset()
+	}
 	return nil
 }
 

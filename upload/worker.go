@@ -69,6 +69,12 @@ func (s *Server) journalLoop(ctx context.Context) {
 			}
 			if _, err := s.runJob(ctx, j); err != nil {
 				j.Attempts++
+				if internalErr(err) {
+					j.Internal++
+				}
+				if j.FirstAt == 0 {
+					j.FirstAt = s.now().UnixMilli()
+				}
 				j.LastErr = err.Error()
 				back := s.retryDelay(j.Attempts, err)
 				j.NextAt = s.now().Add(back).UnixMilli()
@@ -135,6 +141,9 @@ func (s *Server) runJob(ctx context.Context, j job) (*Record, error) {
 			if permanent(err) {
 				return s.fail(ctx, j, rec, err)
 			}
+			if cause := s.exhausted(j, err); cause != nil {
+				return s.fail(ctx, j, rec, cause)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -195,6 +204,9 @@ func (s *Server) compressPool2(ctx context.Context, p *buffer.Pool, j job, e buf
 	if permanent(err) {
 		// The store record says failed; the drain keeps that.
 		return s.fail(ctx, j, rec, err)
+	}
+	if cause := s.exhausted(j, err); cause != nil {
+		return s.fail(ctx, j, rec, cause)
 	}
 	if err != nil {
 		return nil, err
@@ -411,9 +423,10 @@ func (s *Server) gc() {
 		if abandoned {
 			s.markExpired(e.Name(), meta.UploadID)
 			s.m.uploads.WithLabelValues("expired").Inc()
+			s.unmirror(e.Name(), nil)
 		}
-		_ = os.RemoveAll(dir)
 		s.release(e.Name())
+		_ = os.RemoveAll(dir)
 		unlock()
 	}
 	s.gcTombstones(now)
