@@ -123,6 +123,9 @@ func encodeHEIC(img *image.NRGBA, quality int, preset string) ([]byte, error) {
 // HEIF transformations (irot, imir, clap) applied, so the result is upright.
 // maxPixels is checked against the primary image before decoding.
 func decodeHEIC(data []byte, maxPixels int64) (*image.NRGBA, error) {
+	if err := strictHEVC(); err != nil {
+		return nil, err
+	}
 	// The context reads cdata in place, so cdata is freed after it.
 	cdata := C.CBytes(data)
 	defer C.free(cdata)
@@ -144,8 +147,10 @@ func decodeHEIC(data []byte, maxPixels int64) (*image.NRGBA, error) {
 		return nil, fmt.Errorf("heic %dx%d: %w", iw, ih, ErrPixelBomb)
 	}
 	// Strict decoding: a bitstream error partway is an error, never a
-	// variant made of concealed, garbled pixels. Decoding warnings are
-	// checked as well, for decoder plugins that only report those.
+	// variant made of concealed, garbled pixels. The HEVC data goes
+	// through the strict plugin (heifstrict.go), which fails on libde265's
+	// errors and warnings; libheif's own strict mode and decoding warnings
+	// are checked as well, for other decoder plugins.
 	opts := C.heif_decoding_options_alloc()
 	if opts == nil {
 		return nil, errors.New("libheif: decoding options alloc failed")

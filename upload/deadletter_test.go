@@ -101,6 +101,15 @@ func TestPermanentFailuresEndFailed(t *testing.T) {
 		random[i] = byte(r.UintN(256))
 	}
 	image45 := withPixels(t, jpg, 7800, 5800) // 45.2 MP
+	// A HEIC damaged inside its HEVC data, every box intact (stock
+	// libheif conceals it: compress/heifstrict_test.go).
+	badHEIC := readFile(t, "../compress/testdata/dragonfly-640.heic")
+	if i := bytes.Index(badHEIC, []byte("mdat")); i > 0 {
+		o := i + 4 + (len(badHEIC)-i-4)/2
+		for k := o; k < o+32; k++ {
+			badHEIC[k] ^= 0x5a
+		}
+	}
 	tests := []struct {
 		name   string
 		kind   willowv1.Kind
@@ -112,6 +121,7 @@ func TestPermanentFailuresEndFailed(t *testing.T) {
 		{"45 MP photo, one shared limit", willowv1.Kind_KIND_IMAGE, image45, limits.Limits{}, limits.ReasonPixelBomb, ""},
 		{"45 MP photo, front configured apart (50 MP)", willowv1.Kind_KIND_IMAGE, image45, limits.Limits{MaxPixels: 50_000_000}, "", limits.ReasonPixelBomb},
 		{"corrupt after the header", willowv1.Kind_KIND_IMAGE, corrupt, limits.Limits{}, "", compress.ReasonCorruptMedia},
+		{"HEIC corrupt inside the HEVC data", willowv1.Kind_KIND_IMAGE, badHEIC, limits.Limits{}, "", compress.ReasonCorruptMedia},
 		{"truncated JPEG", willowv1.Kind_KIND_IMAGE, readFile(t, "../../shared/testdata/bad/truncated.jpg"), limits.Limits{}, "", compress.ReasonCorruptMedia},
 		{"text named .jpg", willowv1.Kind_KIND_IMAGE, []byte("<html>not a photo</html>\n"), limits.Limits{}, "", compress.ReasonUnsupportedMedia},
 		{"GIF", willowv1.Kind_KIND_IMAGE, gb.Bytes(), limits.Limits{}, "", compress.ReasonUnsupportedMedia},
