@@ -158,13 +158,16 @@ func TestResumeAfterKill9(t *testing.T) {
 	if err != nil || id.Key != key || id.Node != second {
 		t.Fatalf("media ID %s: want region a, node %s, key %s (%v)", res.ID, second, key, err)
 	}
-	// Before the kill exactly [0, half) was sent; after it, [resumed,
-	// size). From zero it would be half + size.
+	// Before the kill at least [0, half) was sent (the SDK may push a few
+	// more chunks into the dying stream before it sees the failure:
+	// timing, not the server); after it, [resumed, size). From zero it
+	// would be at least half + size, so less proves a resume, and
+	// half + size - sent is a lower bound of the offset resumed from.
 	resumed := half + size - res.SentBytes
-	if resumed < 8<<20 || resumed > half {
-		t.Fatalf("sent %d bytes in all: resumed at %d, want between the first durable point (%d) and the half (%d)", res.SentBytes, resumed, 8<<20, half)
+	if resumed <= 0 || resumed > half {
+		t.Fatalf("sent %d bytes in all for %d: resumed at %d or lower, want a resume above 0 and at most the half (%d)", res.SentBytes, size, resumed, half)
 	}
-	t.Logf("resumed on %s at offset %d: %d bytes not sent again", second, resumed, resumed)
+	t.Logf("resumed on %s at offset %d or higher: at least %d bytes not sent again", second, resumed, resumed)
 	h := sha256.New()
 	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer dcancel()
