@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
@@ -70,7 +71,17 @@ func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient) {
 	n.setDrills(resp.GetDrills())
 }
 
-// watchLoop follows the master's Watch stream, reconnecting with backoff.
+// jitter spreads a reconnect delay over [d/2, d], so the nodes a master
+// restart disconnected do not all come back in the same instant.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d-d/2+1)
+}
+
+// watchLoop follows the master's Watch stream, reconnecting with jittered
+// backoff.
 func (n *Node) watchLoop(ctx context.Context, mc willowv1.MasterClient) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -97,7 +108,7 @@ func (n *Node) watchLoop(ctx context.Context, mc willowv1.MasterClient) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(jitter(backoff)):
 		}
 		if backoff < 2*time.Second {
 			backoff *= 2
