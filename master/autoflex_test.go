@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,29 +21,8 @@ import (
 // leader lease.
 func startAutoMaster(t *testing.T, rdb redis.UniversalClient, id, policy string) *testMaster {
 	t.Helper()
-	n, err := node.New(node.Config{ID: id, Role: "master", Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := master.New(master.Config{OncallToken: token, Operators: testOperators(t), AutoFlexPolicy: policy,
-		LeaseTTL: time.Second, ProbeInterval: 200 * time.Millisecond, RefreshInterval: 100 * time.Millisecond},
-		master.Deps{Node: n, Redis: rdb})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); n.Run(ctx) }()
-	go func() { defer wg.Done(); s.Run(ctx) }()
-	conn, err := node.Dial(n.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() { once.Do(func() { conn.Close(); cancel(); wg.Wait() }) }
-	t.Cleanup(stop)
-	return &testMaster{srv: s, node: n, client: willowv1.NewMasterClient(conn), stop: stop}
+	return startMasterWith(t, rdb, id, master.Config{AutoFlexPolicy: policy,
+		LeaseTTL: time.Second, ProbeInterval: 200 * time.Millisecond, RefreshInterval: 100 * time.Millisecond})
 }
 
 func autoSteps(t *testing.T, c willowv1.MasterClient) []*willowv1.AuditEntry {

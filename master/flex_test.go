@@ -38,12 +38,20 @@ type testMaster struct {
 // startMaster runs a master on rdb until the test ends (or stop).
 func startMaster(t *testing.T, rdb redis.UniversalClient, id string) *testMaster {
 	t.Helper()
+	return startMasterWith(t, rdb, id, master.Config{})
+}
+
+// startMasterWith is startMaster with cfg (its token and operators are
+// the tests' own).
+func startMasterWith(t *testing.T, rdb redis.UniversalClient, id string, cfg master.Config) *testMaster {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := node.New(node.Config{ID: id, Role: "master", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := master.New(master.Config{OncallToken: token, Operators: testOperators(t)}, master.Deps{Node: n, Redis: rdb})
+	cfg.OncallToken, cfg.Operators = token, testOperators(t)
+	s, err := master.New(cfg, master.Deps{Node: n, Redis: rdb})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,29 +120,41 @@ func (r *Record) key() string {
 }
 
 // readRecord reads the store record of key; found is false on ErrNotFound.
-func readRecord(ctx context.Context, st store.Store, key string) (rec Record, found bool, err error) {
-	rc, _, err := st.Get(ctx, media.RecordKey(key))
+func readRecord(ctx context.Context, st store.Store, key string) (Record, bool, error) {
+	return readJSON[Record](ctx, st, media.RecordKey(key))
+}
+
+// readJSON reads the small JSON object at object (at most 1 MiB) into a
+// T; found is false on ErrNotFound. The media record and the resume
+// session record are both kept so.
+func readJSON[T any](ctx context.Context, st store.Store, object string) (v T, found bool, err error) {
+	rc, _, err := st.Get(ctx, object)
 	if errors.Is(err, store.ErrNotFound) {
-		return rec, false, nil
+		return v, false, nil
 	}
 	if err != nil {
-		return rec, false, err
+		return v, false, err
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
 	if err != nil {
-		return rec, false, err
+		return v, false, err
 	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return rec, false, fmt.Errorf("record %s: %w", key, err)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, false, fmt.Errorf("%s: %w", object, err)
 	}
-	return rec, true, nil
+	return v, true, nil
 }
 
-func writeRecord(ctx context.Context, st store.Store, rec Record) error {
-	b, err := json.Marshal(rec)
+// writeJSON writes v as the JSON object at object.
+func writeJSON(ctx context.Context, st store.Store, object string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return st.Put(ctx, media.RecordKey(rec.key()), bytes.NewReader(b), int64(len(b)), "application/json")
+	return st.Put(ctx, object, bytes.NewReader(b), int64(len(b)), "application/json")
+}
+
+func writeRecord(ctx context.Context, st store.Store, rec Record) error {
+	return writeJSON(ctx, st, media.RecordKey(rec.key()), rec)
 }

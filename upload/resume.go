@@ -1,11 +1,9 @@
 package upload
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +11,6 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
-
-	"willow/store"
 )
 
 // Resume on any front of the region (docs/upload.md, "Resuming on another
@@ -111,23 +107,7 @@ func (s *Server) mirrorCtx() (context.Context, context.CancelFunc) {
 }
 
 func (s *Server) readSessionRecord(ctx context.Context, key string) (sessionRecord, bool, error) {
-	var rec sessionRecord
-	rc, _, err := s.st.Get(ctx, sessionRecordKey(key))
-	if errors.Is(err, store.ErrNotFound) {
-		return rec, false, nil
-	}
-	if err != nil {
-		return rec, false, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
-	if err != nil {
-		return rec, false, err
-	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return rec, false, fmt.Errorf("session record %s: %w", key, err)
-	}
-	return rec, true, nil
+	return readJSON[sessionRecord](ctx, s.st, sessionRecordKey(key))
 }
 
 func (m *mirror) record() sessionRecord {
@@ -135,11 +115,7 @@ func (m *mirror) record() sessionRecord {
 }
 
 func (m *mirror) writeRecord(ctx context.Context) error {
-	b, err := json.Marshal(m.record())
-	if err != nil {
-		return err
-	}
-	if err := m.s.st.Put(ctx, sessionRecordKey(m.key), bytes.NewReader(b), int64(len(b)), "application/json"); err != nil {
+	if err := writeJSON(ctx, m.s.st, sessionRecordKey(m.key), m.record()); err != nil {
 		return err
 	}
 	m.wrote = true
