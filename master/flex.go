@@ -62,6 +62,8 @@ type flexState struct {
 	rendered *willowv1.FlexState // doc rendered with plans
 	changed  chan struct{}       // closed and replaced on every new version
 
+	following chan struct{} // closed once runFlex is subscribed to other masters' changes
+
 	flexChanges *prometheus.CounterVec
 	flexVersion prometheus.Gauge
 }
@@ -112,6 +114,7 @@ func (s *Server) initFlex(store flexStore, reg prometheus.Registerer) error {
 	s.plans = plans
 	s.store = store
 	s.changed = make(chan struct{})
+	s.following = make(chan struct{})
 	s.flexChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "willow_master_flex_changes_total",
 		Help: "Flex change attempts by action and result (accepted, denied, invalid, or the failure reason).",
@@ -170,6 +173,13 @@ func (s *Server) audit(e *willowv1.AuditEntry) {
 // and reverts expired changes until ctx is done.
 func (s *Server) runFlex(ctx context.Context) {
 	msgs := s.store.Changes(ctx)
+	// A change another master made before the subscription took hold was
+	// not signalled: read the document once now rather than at the first
+	// periodic reload, a full FlexReloadInterval later.
+	if err := s.reloadFlexTimeout(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("flex: first reload (nodes keep the last state)", "err", err)
+	}
+	close(s.following)
 	reload := time.NewTicker(FlexReloadInterval)
 	defer reload.Stop()
 	expiry := time.NewTicker(flexExpiryTick)

@@ -60,6 +60,11 @@ func startMasterWith(t *testing.T, rdb redis.UniversalClient, id string, cfg mas
 	wg.Add(2)
 	go func() { defer wg.Done(); n.Run(ctx) }()
 	go func() { defer wg.Done(); s.Run(ctx) }()
+	select {
+	case <-s.Following():
+	case <-time.After(10 * time.Second):
+		t.Fatal("master did not subscribe to flex changes within 10s")
+	}
 	conn, err := node.Dial(n.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)

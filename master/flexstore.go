@@ -29,7 +29,9 @@ type flexStore interface {
 	// History returns up to limit audit entries, newest first.
 	History(ctx context.Context, limit int64) ([]string, error)
 	// Changes signals every change made through any master until ctx is
-	// done. Signals may coalesce: the receiver rereads the document.
+	// done. Signals may coalesce: the receiver rereads the document. It
+	// returns once the subscription is confirmed (or could not be, within
+	// redisTimeout), so a change made after it returns is signalled.
 	Changes(ctx context.Context) <-chan struct{}
 }
 
@@ -111,6 +113,12 @@ func (r *redisFlexStore) History(ctx context.Context, limit int64) ([]string, er
 
 func (r *redisFlexStore) Changes(ctx context.Context) <-chan struct{} {
 	sub := r.rdb.Subscribe(ctx, r.key("changed"))
+	// SUBSCRIBE is only sent; a PUBLISH that Redis serves before it would
+	// be missed. Wait for Redis's confirmation. If Redis is down, go-redis
+	// resubscribes on reconnect and the periodic reload covers the gap.
+	confirm, cancel := context.WithTimeout(ctx, redisTimeout)
+	_, _ = sub.Receive(confirm)
+	cancel()
 	out := make(chan struct{}, 1)
 	go func() {
 		defer sub.Close()
