@@ -15,6 +15,7 @@ import (
 	"willow/edgecache/s4lru"
 	"willow/media"
 	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
 	"willow/store"
 	"willow/urlsign"
 )
@@ -141,40 +142,39 @@ func (s *Server) readBusiness(ctx context.Context, id media.ID) (string, error) 
 	case media.LocPool1:
 		return "", fmt.Errorf("%w: %s", ErrProcessing, id)
 	case media.LocPool2:
-		if b, ok := s.poolBusiness(ctx, id); ok {
+		b, err := s.poolBusiness(ctx, id)
+		switch {
+		case err == nil:
 			return b, nil
+		case !errors.Is(err, errPoolGone):
+			// Not drained yet, and the front holding it is down.
+			return "", fmt.Errorf("%w: %s is in pool 2 of %s, which cannot be asked (%w), and not in the store yet", ErrOrigin, id, id.Node, err)
 		}
 	}
 	return "", fmt.Errorf("%w: %s", ErrNotFound, id)
 }
 
-// poolBusiness asks the upload front named in a pool-2 media ID.
-func (s *Server) poolBusiness(ctx context.Context, id media.ID) (string, bool) {
+// poolBusiness asks the upload front named in a pool-2 media ID. It
+// returns errPoolGone when there is no router or the front answers
+// NOT_FOUND, errPoolDown when the front is not listed, and the front's
+// error when it fails.
+func (s *Server) poolBusiness(ctx context.Context, id media.ID) (string, error) {
 	if s.router == nil {
-		return "", false
+		return "", fmt.Errorf("%w: no router", errPoolGone)
 	}
-	rr, err := s.router.Route(ctx, "upload", "")
+	conn, err := s.poolFront(ctx, id)
 	if err != nil {
-		return "", false
+		return "", err
 	}
-	for _, ep := range append(rr.GetPrimary(), rr.GetSecondary()...) {
-		if ep.GetNodeId() != id.Node {
-			continue
-		}
-		conn, err := s.router.Conn(ep.GetAddr())
-		if err != nil {
-			return "", false
-		}
-		m, err := willowv1.NewUploadClient(conn).GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: id.String()})
-		if err != nil {
-			if status.Code(err) != codes.NotFound {
-				s.log.Warn("business lookup on the upload front failed", "id", id, "err", err)
-			}
-			return "", false
-		}
-		return m.GetBusiness(), true
+	m, err := willowv1.NewUploadClient(conn).GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: id.String()})
+	if status.Code(err) == codes.NotFound {
+		return "", fmt.Errorf("%w: %s", errPoolGone, rpcstatus.Reason(err))
 	}
-	return "", false
+	if err != nil {
+		s.log.Warn("business lookup on the upload front failed", "id", id, "err", err)
+		return "", err
+	}
+	return m.GetBusiness(), nil
 }
 
 // signatureOf converts EdgeCache.Get's signature.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 	"willow/shedding"
+	"willow/urlsign"
 )
 
 func TestHTTP(t *testing.T) {
@@ -531,6 +533,70 @@ func TestPool2FrontDown(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.code, body)
 			}
 		})
+	}
+}
+
+// A pool-2 item not drained yet whose front is down (not listed by the
+// master any more, or listed and refusing connections) is unavailable,
+// not missing: HTTP 503 and gRPC UNAVAILABLE origin, with retries on or
+// off. Once its front answers NOT_FOUND (drained) and the store does not
+// have it, it is 404. Unsigned reads of a public business (whose business
+// the edge asks the front) answer the same.
+func TestPool2FrontDownNotInStore(t *testing.T) {
+	id := media.ID{Loc: media.LocPool2, Region: "a", Node: "upload-a-1", Key: media.KeyFor("u1", "p2-down")}
+	drained := serveGRPC(t, func(s *grpc.Server) {
+		willowv1.RegisterUploadServer(s, &fakeUpload{readPool: func(*willowv1.ReadPoolRequest, willowv1.Upload_ReadPoolServer) error {
+			return rpcstatus.New(codes.NotFound, rpcstatus.ReasonNotFound, "not in pool 2")
+		}})
+	})
+	for _, tc := range []struct {
+		name    string
+		routes  map[string][]*willowv1.Endpoint
+		http    int
+		code    codes.Code
+		reason  string
+		retries string
+	}{
+		{"not listed", nil, 503, codes.Unavailable, edgecache.ReasonOrigin, "on"},
+		{"not listed, retries off", nil, 503, codes.Unavailable, edgecache.ReasonOrigin, "off"},
+		{"listed, dead", map[string][]*willowv1.Endpoint{"upload": {{NodeId: "upload-a-1", Addr: deadAddr(t), Region: "a"}}},
+			503, codes.Unavailable, edgecache.ReasonOrigin, "on"},
+		{"listed, drained", map[string][]*willowv1.Endpoint{"upload": {{NodeId: "upload-a-1", Addr: drained, Region: "a"}}},
+			404, codes.NotFound, rpcstatus.ReasonNotFound, "on"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newStore(t)
+			e := startEdge(t, "edge-a-1", edgecache.Config{OriginTimeout: 2 * time.Second},
+				edgecache.Deps{Store: st, Router: &fakeRouter{routes: tc.routes}})
+			e.node.ApplyFlex(&willowv1.FlexState{Version: 1, Knobs: map[string]string{"retries": tc.retries}})
+			for _, v := range []string{media.VariantRaw, media.VariantThumb} {
+				resp, body := get(t, e.url+path(id, v), nil)
+				if resp.StatusCode != tc.http || !strings.Contains(string(body), tc.reason) {
+					t.Errorf("HTTP %s: %d %s, want %d %s", v, resp.StatusCode, body, tc.http, tc.reason)
+				}
+			}
+			conn, err := node.Dial(e.node.Addr(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			stream, err := willowv1.NewEdgeCacheClient(conn).Get(context.Background(), &willowv1.GetRequest{MediaId: id.String(), Variant: "raw"})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			if status.Code(err) != tc.code || rpcstatus.Reason(err) != tc.reason {
+				t.Errorf("gRPC: %v (reason %q), want %v %s", err, rpcstatus.Reason(err), tc.code, tc.reason)
+			}
+		})
+	}
+	// Unsigned request of a URL-keyed edge: the business is asked of the
+	// front, which is down.
+	st := newStore(t)
+	e := startEdge(t, "edge-a-2", edgecache.Config{OriginTimeout: 2 * time.Second,
+		URLKeys: []urlsign.Key{{ID: "k1", Secret: strings.Repeat("1", 32)}}, PublicBusinesses: []string{"avatar"}},
+		edgecache.Deps{Store: st, Router: &fakeRouter{}})
+	if resp, body := get(t, e.url+path(id, media.VariantRaw), nil); resp.StatusCode != 503 || !strings.Contains(string(body), edgecache.ReasonOrigin) {
+		t.Errorf("unsigned, business unknown while its front is down: %d %s, want 503 origin", resp.StatusCode, body)
 	}
 }
 

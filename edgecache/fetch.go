@@ -27,9 +27,16 @@ import (
 	"willow/store"
 )
 
-// errPoolGone says pool 2 no longer holds an item (drained, or the front
-// is gone): read the store instead. It is not a failure.
+// errPoolGone says pool 2 no longer holds an item (its front answered
+// NOT_FOUND: drained): read the store instead. It is not a failure.
 var errPoolGone = errors.New("not in pool 2")
+
+// errPoolDown says the front named in a pool-2 ID cannot be asked (not
+// listed by the master: down, killed, not yet re-registered): read the
+// store instead, which has the item if it was drained. When the store
+// does not have it either, the bytes are on a front that is down: the
+// answer is UNAVAILABLE (ErrOrigin), not NOT_FOUND.
+var errPoolDown = errors.New("pool 2 front unreachable")
 
 // mdLastModified is the gRPC response header carrying an object's
 // Last-Modified (Unix milliseconds), so every node of an OC answers with
@@ -323,6 +330,7 @@ func (s *Server) fetchOrigin(ctx context.Context, r req) (part, error) {
 		tries = 3
 	}
 	id, variant := r.id, r.variant
+	var poolErr error // pool 2 could not be read: its front is down or failed
 	if id.Loc == media.LocPool2 {
 		p, err := s.readPool(ctx, id, variant, 0, s.cfg.SliceBytes)
 		switch {
@@ -333,8 +341,12 @@ func (s *Server) fetchOrigin(ctx context.Context, r req) (part, error) {
 			s.m.originFetches.WithLabelValues("pool2", "not_found").Inc()
 		case errors.Is(err, ErrTooLarge):
 			return part{}, err
+		case errors.Is(err, errPoolDown):
+			s.m.originFetches.WithLabelValues("pool2", "error").Inc()
+			poolErr = err // the store may have it (drained before the front went)
 		default:
 			s.m.originFetches.WithLabelValues("pool2", "error").Inc()
+			poolErr = err
 			tries--
 			if tries == 0 {
 				return part{}, fmt.Errorf("%w: pool 2 of %s: %w", ErrOrigin, id.Node, err)
@@ -353,6 +365,11 @@ func (s *Server) fetchOrigin(ctx context.Context, r req) (part, error) {
 			s.m.originFetches.WithLabelValues("store", "not_found").Inc()
 			if id.Loc == media.LocPool1 {
 				return part{}, fmt.Errorf("%w: %s/%s", ErrProcessing, id, variant)
+			}
+			if poolErr != nil {
+				// Not drained yet, and the front holding it is down.
+				return part{}, fmt.Errorf("%w: %s/%s is in pool 2 of %s, which cannot be read (%w), and not in the store yet",
+					ErrOrigin, id, variant, id.Node, poolErr)
 			}
 			if variant != media.VariantRaw {
 				if ferr := s.failedOf(ctx, id); ferr != nil {
@@ -490,21 +507,7 @@ func (s *Server) readPool(ctx context.Context, id media.ID, variant string, off,
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OriginTimeout)
 	defer cancel()
-	rr, err := s.router.Route(ctx, "upload", "")
-	if err != nil {
-		return part{}, fmt.Errorf("%w: route: %w", errPoolGone, err)
-	}
-	addr := ""
-	for _, ep := range append(rr.GetPrimary(), rr.GetSecondary()...) {
-		if ep.GetNodeId() == id.Node {
-			addr = ep.GetAddr()
-			break
-		}
-	}
-	if addr == "" {
-		return part{}, fmt.Errorf("%w: front %s not listed", errPoolGone, id.Node)
-	}
-	conn, err := s.router.Conn(addr)
+	conn, err := s.poolFront(ctx, id)
 	if err != nil {
 		return part{}, err
 	}
@@ -538,6 +541,25 @@ func (s *Server) readPool(ctx context.Context, id media.ID, variant string, off,
 	}
 	p.modTime = s.now().UTC().Truncate(time.Second)
 	return p, nil
+}
+
+// poolFront is a connection to the upload front named in a pool-2 ID, or
+// errPoolDown when the master does not list it (or cannot be asked).
+func (s *Server) poolFront(ctx context.Context, id media.ID) (*grpc.ClientConn, error) {
+	rr, err := s.router.Route(ctx, "upload", "")
+	if err != nil {
+		return nil, fmt.Errorf("%w: route: %w", errPoolDown, err)
+	}
+	for _, ep := range append(rr.GetPrimary(), rr.GetSecondary()...) {
+		if ep.GetNodeId() == id.Node {
+			conn, err := s.router.Conn(ep.GetAddr())
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %w", errPoolDown, id.Node, err)
+			}
+			return conn, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: front %s not listed", errPoolDown, id.Node)
 }
 
 // derivedETag is the ETag of a sliced object whose content hash is not

@@ -88,6 +88,7 @@ func (s *Server) fillSlice(ctx context.Context, r req, h *object, i int64, owner
 		s.markDown(owner)
 	}
 	var data []byte
+	var poolErr error // pool 2 could not be read: its front is down or failed
 	if r.id.Loc == media.LocPool2 {
 		p, err := s.readPool(ctx, r.id, r.variant, off, n)
 		switch {
@@ -100,6 +101,7 @@ func (s *Server) fillSlice(ctx context.Context, r req, h *object, i int64, owner
 			s.m.originFetches.WithLabelValues("pool2", "not_found").Inc()
 		}
 		if err != nil && !errors.Is(err, errPoolGone) {
+			poolErr = err
 			s.m.originFetches.WithLabelValues("pool2", "error").Inc()
 			s.log.Warn("pool 2 read failed, reading the store", "key", key, "err", err)
 		}
@@ -107,6 +109,11 @@ func (s *Server) fillSlice(ctx context.Context, r req, h *object, i int64, owner
 	if data == nil {
 		var err error
 		if data, err = s.readStoreRange(ctx, r, h, off, n); err != nil {
+			if poolErr != nil && errors.Is(err, ErrNotFound) {
+				// Not drained yet, and the front holding it is down.
+				return found{}, fmt.Errorf("%w: slice %d of %s is in pool 2 of %s, which cannot be read (%w), and not in the store yet",
+					ErrOrigin, i, key, r.id.Node, poolErr)
+			}
 			return found{}, err
 		}
 	}

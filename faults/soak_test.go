@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -161,7 +162,14 @@ func du(dir string) int64 {
 type sample struct {
 	at       time.Duration // since the load started
 	rss, gor float64
+	// Go's own view: heap in use (live objects and their spans), what the
+	// runtime holds from the OS (sys minus released heap), OS threads.
+	heap, goHeld, threads float64
 }
+
+// sampled are the metrics the sampler reads of every process.
+var sampled = []string{"process_resident_memory_bytes", "go_goroutines", "go_memstats_heap_inuse_bytes",
+	"go_memstats_sys_bytes", "go_memstats_heap_released_bytes", "go_threads"}
 
 // sampler scrapes RSS and goroutines of every process every soakSample.
 type sampler struct {
@@ -182,12 +190,14 @@ func startSampler(ps []proc, start time.Time) *sampler {
 		defer tick.Stop()
 		for {
 			for _, p := range ps {
-				m, err := scrape(p.admin, "process_resident_memory_bytes", "go_goroutines")
+				m, err := scrape(p.admin, sampled...)
 				s.mu.Lock()
 				if err != nil {
 					s.errs[p.name]++ // down (killed) or slow; the gap shows
 				} else {
-					s.series[p.name] = append(s.series[p.name], sample{time.Since(start), m["process_resident_memory_bytes"], m["go_goroutines"]})
+					s.series[p.name] = append(s.series[p.name], sample{at: time.Since(start),
+						rss: m["process_resident_memory_bytes"], gor: m["go_goroutines"], heap: m["go_memstats_heap_inuse_bytes"],
+						goHeld: m["go_memstats_sys_bytes"] - m["go_memstats_heap_released_bytes"], threads: m["go_threads"]})
 				}
 				s.mu.Unlock()
 			}
@@ -405,6 +415,43 @@ func (c *localCluster) dataDisk() (staging, pools, edge map[string]int64) {
 	return
 }
 
+// dumpProfiles saves every process's heap profile (after a GC; open it
+// with go tool pprof) and goroutine dump from its admin /debug/pprof/ (an
+// on-call operator's route) into $WILLOW_SOAK_PROFILES as NAME-TAG.heap
+// and NAME-TAG.goroutines; nothing without that variable.
+func (c *localCluster) dumpProfiles(ps []proc, tag string) {
+	dir := os.Getenv("WILLOW_SOAK_PROFILES")
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Errorf("profiles: %v", err)
+		return
+	}
+	hc := http.Client{Timeout: 20 * time.Second}
+	for _, p := range ps {
+		for _, f := range []struct{ path, ext string }{{"heap?gc=1", "heap"}, {"goroutine?debug=1", "goroutines"}} {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+p.admin+"/debug/pprof/"+f.path, nil)
+			req.Header.Set("Authorization", "Bearer "+c.file.OncallToken)
+			resp, err := hc.Do(req)
+			if err != nil {
+				c.t.Logf("profile %s of %s: %v", f.ext, p.name, err)
+				continue
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 {
+				c.t.Errorf("profile %s of %s: %s %v", f.ext, p.name, resp.Status, err)
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(dir, p.name+"-"+tag+"."+f.ext), b, 0o644); err != nil {
+				c.t.Errorf("profile: %v", err)
+			}
+		}
+	}
+	c.t.Logf("profiles %s of %d processes in %s", tag, len(ps), dir)
+}
+
 func mib(n float64) string { return fmt.Sprintf("%.1f MiB", n/(1<<20)) }
 
 func TestSoak(t *testing.T) {
@@ -595,7 +642,22 @@ func TestSoak(t *testing.T) {
 			event("restarted %s", k.name)
 		}
 	}()
+	// Profiles at a quarter, the middle and the end of the load, and after
+	// settling ($WILLOW_SOAK_PROFILES).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, q := range []int{1, 2} {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(start.Add(dur * time.Duration(q) / 4))):
+			}
+			c.dumpProfiles(ps, fmt.Sprintf("q%d", q))
+		}
+	}()
 	wg.Wait()
+	c.dumpProfiles(ps, "end")
 	if err := <-errc; err != nil {
 		t.Errorf("load run: %v", err)
 	}
@@ -665,7 +727,20 @@ func TestSoak(t *testing.T) {
 	}
 	settled := time.Since(settleStart)
 	event("settled")
+	c.dumpProfiles(ps, "settled")
 	series := smp.finish()
+	if dir := os.Getenv("WILLOW_SOAK_PROFILES"); dir != "" {
+		var b strings.Builder
+		b.WriteString("process\tat_s\trss\tgoroutines\theap_inuse\tgo_held\tthreads\n")
+		for n, ss := range series {
+			for _, x := range ss {
+				fmt.Fprintf(&b, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\n", n, x.at.Seconds(), x.rss, x.gor, x.heap, x.goHeld, x.threads)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "series.tsv"), []byte(b.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 
 	// Disk.
 	t.Logf("disk use per process (start -> end of load + settle %v):", settled.Round(time.Second))
@@ -786,7 +861,11 @@ func TestSoak(t *testing.T) {
 		}
 		rg, rm := trend(last, func(s sample) float64 { return s.rss })
 		gg, gm := trend(last, func(s sample) float64 { return s.gor })
-		t.Logf("  %-14s %10s %12s %10.0f %+12.1f %8d", n, mib(rm), fmt.Sprintf("%+.1f MiB", rg/(1<<20)), gm, gg, len(last))
+		hg, hm := trend(last, func(s sample) float64 { return s.heap })
+		og, _ := trend(last, func(s sample) float64 { return s.goHeld })
+		tg, tm := trend(last, func(s sample) float64 { return s.threads })
+		t.Logf("  %-14s %10s %12s %10.0f %+12.1f %8d   heap %s %+.1f MiB, go-held %+.1f MiB, threads %.0f %+.1f", n, mib(rm), fmt.Sprintf("%+.1f MiB", rg/(1<<20)), gm, gg, len(last),
+			mib(hm), hg/(1<<20), og/(1<<20), tm, tg)
 		var top float64
 		for _, s := range last {
 			top = max(top, s.rss)

@@ -313,8 +313,8 @@ func New(cfg Config) (*Node, error) {
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
 
-	n.adminMx.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
-	n.adminMx.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	n.adminMx.Handle("/metrics", n.adminGuard(RouteMetrics, promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg})))
+	n.adminMx.Handle("/healthz", n.adminGuard(RouteHealthz, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if n.draining.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -322,7 +322,8 @@ func New(cfg Config) (*Node, error) {
 			return
 		}
 		fmt.Fprintln(w, "ok")
-	})
+	})))
+	n.handlePprof()
 	return n, nil
 }
 

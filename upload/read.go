@@ -58,6 +58,16 @@ func (s *Server) lookup(ctx context.Context, id media.ID) (Record, error) {
 	if err != nil {
 		return Record{}, fail(ReasonStoreUnavailable, "store: %v", err)
 	}
+	if !mine && (id.Loc == media.LocPool1 || id.Loc == media.LocPool2) {
+		// The bytes exist, in a pool of the front the ID names, until it
+		// drains them to the store: that front is the one to ask.
+		pool := "pool 2"
+		if id.Loc == media.LocPool1 {
+			pool = "pool 1"
+		}
+		return Record{}, fail(ReasonHeldByFront, "media %s is in %s of %s and not in the store yet; only that front can read it (it may be down)",
+			id, pool, id.Node)
+	}
 	return Record{}, fail(rpcstatus.ReasonNotFound, "no media %s", id)
 }
 

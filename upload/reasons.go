@@ -88,6 +88,11 @@ const (
 	ReasonUploadBusy = "upload_busy"
 	// ReasonDrainFailed: a pool drain stopped on an error.
 	ReasonDrainFailed = "drain_failed"
+	// ReasonHeldByFront: a read of a media item whose bytes are in a pool
+	// of another front (the one its ID names) and not in the store yet:
+	// only that front can answer, and it was not reachable to the caller
+	// (down, killed, or the call went elsewhere).
+	ReasonHeldByFront = "held_by_front"
 )
 
 // Reasons of the caller limits and deadlines.
@@ -178,6 +183,7 @@ var reasonCodes = map[string]codes.Code{
 	ReasonRetiring:             codes.Unavailable,
 	ReasonUploadBusy:           codes.Unavailable,
 	ReasonDrainFailed:          codes.Unavailable,
+	ReasonHeldByFront:          codes.Unavailable,
 	ReasonIdleTimeout:          codes.DeadlineExceeded,
 	ReasonDrainDeadline:        codes.DeadlineExceeded,
 	ReasonTooManyStreams:       codes.ResourceExhausted,

@@ -312,6 +312,23 @@ func TestBadInput(t *testing.T) {
 		wantReason(t, err, codes.InvalidArgument, upload.ReasonBadMediaID)
 		_, err = f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: "s.a.upload-a-1." + strings.Repeat("0", 32)})
 		wantReason(t, err, codes.NotFound, rpcstatus.ReasonNotFound)
+		// A pool item of this front that it does not hold: gone.
+		_, err = f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: "p2.a.upload-a-1." + strings.Repeat("0", 32)})
+		wantReason(t, err, codes.NotFound, rpcstatus.ReasonNotFound)
+	})
+	// A pool item of another front, not drained to the store: its bytes
+	// are on that front (down, when a reader falls back here), so the
+	// answer is UNAVAILABLE held_by_front, not NOT_FOUND.
+	t.Run("pool item of another front", func(t *testing.T) {
+		for _, id := range []string{"p2.a.upload-a-2." + strings.Repeat("1", 32), "p1.a.upload-a-2." + strings.Repeat("1", 32)} {
+			_, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: id})
+			wantReason(t, err, codes.Unavailable, upload.ReasonHeldByFront)
+			if !strings.Contains(status.Convert(err).Message(), "upload-a-2") {
+				t.Errorf("GetMedia %s: %v, want the front named", id, err)
+			}
+			_, err = f.read(ctx, id, "raw")
+			wantReason(t, err, codes.Unavailable, upload.ReasonHeldByFront)
+		}
 	})
 }
 
