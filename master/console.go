@@ -60,6 +60,7 @@ func (s *Server) ConsoleHandler() http.Handler {
 	mux.HandleFunc("GET /api/drills", s.consoleAuth(auth.RoleRead, s.apiDrills))
 	mux.HandleFunc("POST /api/flex", s.consoleAuth(auth.RoleOncall, s.apiSetFlex))
 	mux.HandleFunc("POST /api/rollback", s.consoleAuth(auth.RoleOncall, s.apiRollback))
+	s.trendRoutes(mux) // console_trends.go
 	s.uploadPage(mux)
 	return consoleHeaders(gzhttp.GzipHandler(mux))
 }

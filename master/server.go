@@ -109,6 +109,10 @@ type Config struct {
 	EntryTTL time.Duration `yaml:"entry_ttl"`
 	// MaxDrill bounds a drill's duration; default DefaultMaxDrill.
 	MaxDrill time.Duration `yaml:"max_drill"`
+	// TrendStep is how often the master samples the console's trends
+	// (it keeps 180 samples per region: 15 minutes at the default
+	// DefaultTrendStep).
+	TrendStep time.Duration `yaml:"trend_step"`
 }
 
 func (c *Config) applyDefaults() error {
@@ -129,6 +133,7 @@ func (c *Config) applyDefaults() error {
 	setDur(&c.ProbeTimeout, DefaultProbeTimeout)
 	setDur(&c.RouteTTL, DefaultRouteTTL)
 	setDur(&c.RefreshInterval, DefaultRefreshInterval)
+	setDur(&c.TrendStep, DefaultTrendStep)
 	setDur(&c.LeaseTTL, DefaultLeaseTTL)
 	setDur(&c.EntryTTL, DefaultEntryTTL)
 	setDur(&c.MaxDrill, DefaultMaxDrill)
@@ -199,8 +204,9 @@ type Server struct {
 
 	ops *auth.Operators // operator identities (oncall.go); immutable
 
-	flexState // flex.go
-	autoState // autoflex_run.go
+	flexState  // flex.go
+	autoState  // autoflex_run.go
+	trendState // console_trends.go
 }
 
 // New builds a master and registers its gRPC service on deps.Node.
@@ -250,6 +256,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 func (s *Server) Run(ctx context.Context) error {
 	go s.runFlex(ctx)
 	go s.runAuto(ctx)
+	go s.runTrends(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); s.runRefresh(ctx) }()

@@ -24,6 +24,7 @@ type stats struct {
 	inFlight atomic.Int32
 	requests atomic.Int64 // since the last heartbeat
 	errors   atomic.Int64 // since the last heartbeat
+	latency  latencyHist  // durations since the last heartbeat
 
 	mu      sync.Mutex // guards lastCPU and lastAt
 	lastCPU time.Duration
@@ -57,7 +58,9 @@ func (n *Node) statsUnary(ctx context.Context, req any, info *grpc.UnaryServerIn
 	}
 	n.stats.inFlight.Add(1)
 	defer n.stats.inFlight.Add(-1)
+	start := time.Now()
 	resp, err := h(ctx, req)
+	n.stats.latency.observe(time.Since(start))
 	n.stats.requests.Add(1)
 	if serverFault(err) {
 		n.stats.errors.Add(1)
@@ -71,7 +74,9 @@ func (n *Node) statsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 	}
 	n.stats.inFlight.Add(1)
 	defer n.stats.inFlight.Add(-1)
+	start := time.Now()
 	err := h(srv, ss)
+	n.stats.latency.observe(time.Since(start))
 	n.stats.requests.Add(1)
 	if serverFault(err) {
 		n.stats.errors.Add(1)
@@ -83,7 +88,8 @@ func (n *Node) statsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 func (n *Node) load() *willowv1.Load {
 	req := n.stats.requests.Swap(0)
 	errs := n.stats.errors.Swap(0)
-	l := &willowv1.Load{InFlight: n.stats.inFlight.Load(), Requests: req, Errors: errs, SuccessRate: 1}
+	l := &willowv1.Load{InFlight: n.stats.inFlight.Load(), Requests: req, Errors: errs, SuccessRate: 1,
+		LatencyP99Ms: n.stats.latency.p99()}
 	if req > 0 {
 		l.SuccessRate = float64(req-errs) / float64(req)
 	}

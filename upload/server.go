@@ -137,7 +137,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.m = newMetrics(deps.Node.Registry())
 	// Auto-flex signal: uploads placed per second, the store writes the
 	// front needs whether or not the pools take them for now.
-	deps.Node.AddLoad(func(l *willowv1.Load) { l.StoreWritesPerS = s.placed.Rate(time.Now()) })
+	deps.Node.AddLoad(func(l *willowv1.Load) {
+		l.StoreWritesPerS = s.placed.Rate(time.Now())
+		s.poolGauges(l)
+	})
 	if err := s.scanStaging(); err != nil {
 		return nil, fmt.Errorf("upload: staging: %w", err)
 	}
@@ -157,4 +160,21 @@ func burst(perS float64) int {
 
 func (s *Server) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.cfg.StoreTimeout)
+}
+
+// poolGauges adds the pools' live bytes and items to a heartbeat's gauges
+// (pool1_bytes, pool1_items, pool2_bytes, pool2_items), for the console's
+// trends and `willow nodes`.
+func (s *Server) poolGauges(l *willowv1.Load) {
+	for i, p := range s.pools {
+		if p == nil {
+			continue
+		}
+		if l.Gauges == nil {
+			l.Gauges = map[string]float64{}
+		}
+		st := p.Stats()
+		l.Gauges[fmt.Sprintf("pool%d_bytes", i)] = float64(st.Bytes)
+		l.Gauges[fmt.Sprintf("pool%d_items", i)] = float64(st.Items)
+	}
 }

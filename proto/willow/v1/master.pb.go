@@ -143,12 +143,13 @@ type Load struct {
 	// Per-process resource counters (field numbers 20-29), sampled at each
 	// heartbeat. Counters are cumulative since the process started; the
 	// reader takes differences between heartbeats.
-	RssBytes         int64 `protobuf:"varint,20,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`                           // resident set size of this node's process
-	NetBytesIn       int64 `protobuf:"varint,21,opt,name=net_bytes_in,json=netBytesIn,proto3" json:"net_bytes_in,omitempty"`                   // bytes received by this node's servers (gRPC + HTTP)
-	NetBytesOut      int64 `protobuf:"varint,22,opt,name=net_bytes_out,json=netBytesOut,proto3" json:"net_bytes_out,omitempty"`                // bytes sent by this node's servers (gRPC + HTTP)
-	DiskBytesWritten int64 `protobuf:"varint,23,opt,name=disk_bytes_written,json=diskBytesWritten,proto3" json:"disk_bytes_written,omitempty"` // bytes written by staging and buffer pools
-	Fsyncs           int64 `protobuf:"varint,24,opt,name=fsyncs,proto3" json:"fsyncs,omitempty"`                                               // fsyncs issued by staging and buffer pools
-	SharedProcess    bool  `protobuf:"varint,25,opt,name=shared_process,json=sharedProcess,proto3" json:"shared_process,omitempty"`            // the node shares its process with other nodes (one-box): rss is the process's
+	RssBytes         int64   `protobuf:"varint,20,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`                           // resident set size of this node's process
+	NetBytesIn       int64   `protobuf:"varint,21,opt,name=net_bytes_in,json=netBytesIn,proto3" json:"net_bytes_in,omitempty"`                   // bytes received by this node's servers (gRPC + HTTP)
+	NetBytesOut      int64   `protobuf:"varint,22,opt,name=net_bytes_out,json=netBytesOut,proto3" json:"net_bytes_out,omitempty"`                // bytes sent by this node's servers (gRPC + HTTP)
+	DiskBytesWritten int64   `protobuf:"varint,23,opt,name=disk_bytes_written,json=diskBytesWritten,proto3" json:"disk_bytes_written,omitempty"` // bytes written by staging and buffer pools
+	Fsyncs           int64   `protobuf:"varint,24,opt,name=fsyncs,proto3" json:"fsyncs,omitempty"`                                               // fsyncs issued by staging and buffer pools
+	SharedProcess    bool    `protobuf:"varint,25,opt,name=shared_process,json=sharedProcess,proto3" json:"shared_process,omitempty"`            // the node shares its process with other nodes (one-box): rss is the process's
+	LatencyP99Ms     float64 `protobuf:"fixed64,26,opt,name=latency_p99_ms,json=latencyP99Ms,proto3" json:"latency_p99_ms,omitempty"`            // p99 duration of the requests (RPCs, streams) finished in the last window; 0 without any
 	// Auto-flex signals (field numbers 30-39), over the last window.
 	QueueP99Ms      float64 `protobuf:"fixed64,30,opt,name=queue_p99_ms,json=queueP99Ms,proto3" json:"queue_p99_ms,omitempty"`                  // p99 queueing time over the last second (compress: wait for a worker)
 	Backlog         int64   `protobuf:"varint,31,opt,name=backlog,proto3" json:"backlog,omitempty"`                                             // work waiting now (compress: tasks waiting for a worker)
@@ -278,6 +279,13 @@ func (x *Load) GetSharedProcess() bool {
 		return x.SharedProcess
 	}
 	return false
+}
+
+func (x *Load) GetLatencyP99Ms() float64 {
+	if x != nil {
+		return x.LatencyP99Ms
+	}
+	return 0
 }
 
 func (x *Load) GetQueueP99Ms() float64 {
@@ -2445,7 +2453,7 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1d\n" +
 	"\n" +
 	"admin_addr\x18\b \x01(\tR\tadminAddr\x12\x1a\n" +
-	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\x9e\x05\n" +
+	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\xc4\x05\n" +
 	"\x04Load\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\x05R\binFlight\x12\x19\n" +
@@ -2460,7 +2468,8 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\rnet_bytes_out\x18\x16 \x01(\x03R\vnetBytesOut\x12,\n" +
 	"\x12disk_bytes_written\x18\x17 \x01(\x03R\x10diskBytesWritten\x12\x16\n" +
 	"\x06fsyncs\x18\x18 \x01(\x03R\x06fsyncs\x12%\n" +
-	"\x0eshared_process\x18\x19 \x01(\bR\rsharedProcess\x12 \n" +
+	"\x0eshared_process\x18\x19 \x01(\bR\rsharedProcess\x12$\n" +
+	"\x0elatency_p99_ms\x18\x1a \x01(\x01R\flatencyP99Ms\x12 \n" +
 	"\fqueue_p99_ms\x18\x1e \x01(\x01R\n" +
 	"queueP99Ms\x12\x18\n" +
 	"\abacklog\x18\x1f \x01(\x03R\abacklog\x12%\n" +
