@@ -42,12 +42,20 @@ type Region struct {
 	UploadHTTP string `json:"upload_http,omitempty"`
 }
 
-// FileNode is one process of a multi-process cluster.
+// FileNode is one node of the cluster: in deploy/local one process each
+// (redis and s3 too, without an admin address); in `willow up` the nodes
+// of the one process, masters included.
 type FileNode struct {
+	// ID is the node's ID (in deploy/local, its process name).
+	ID     string `json:"id,omitempty"`
 	Role   string `json:"role"`
 	Region string `json:"region"`
-	Addr   string `json:"addr"`
-	PID    int    `json:"pid,omitempty"`
+	// Addr is the node's gRPC address (redis, s3: their own).
+	Addr string `json:"addr"`
+	// Admin is the node's admin HTTP address: /metrics, /healthz and
+	// /debug/pprof.
+	Admin string `json:"admin,omitempty"`
+	PID   int    `json:"pid,omitempty"`
 }
 
 // LoadFile reads a cluster.json.

@@ -2,7 +2,7 @@ package cluster_test
 
 import (
 	"context"
-	"github.com/prometheus/client_golang/prometheus"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,9 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"willow/client"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"willow/client"
 )
 
 // TestEveryRegistryPassesLint gathers every node's registry of a one-box
@@ -50,6 +52,23 @@ func TestEveryRegistryPassesLint(t *testing.T) {
 	own, held := gaugeOf(t, mr, "willow_flex_version"), gaugeOf(t, mr, "willow_master_flex_version")
 	if own < 1 || own != held {
 		t.Errorf("master: willow_flex_version %v, willow_master_flex_version %v: want equal, >= 1", own, held)
+	}
+	// cluster.json lists every node, the master too, with the admin
+	// address its /metrics answers on.
+	if len(c.File.Nodes) != len(nodes) {
+		t.Errorf("cluster.json lists %d nodes, the cluster runs %d", len(c.File.Nodes), len(nodes))
+	}
+	for _, fn := range c.File.Nodes {
+		resp, err := http.Get("http://" + fn.Admin + "/metrics")
+		if err != nil {
+			t.Errorf("%s: cluster.json admin %q: %v", fn.ID, fn.Admin, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `willow_build_info{`) {
+			t.Errorf("%s: GET %s/metrics = %d", fn.ID, fn.Admin, resp.StatusCode)
+		}
 	}
 	for _, n := range nodes {
 		if k, err := testutil.GatherAndCount(n.Registry(), "willow_build_info"); err != nil || k != 1 {

@@ -316,6 +316,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	c.run(ts.Run)
 	c.File.Timeline = tn.Addr()
 
+	for _, n := range c.nodes {
+		nc := n.Config()
+		c.File.Nodes = append(c.File.Nodes, FileNode{ID: nc.ID, Role: nc.Role, Region: nc.Region,
+			Addr: n.AdvertisedAddr(), Admin: n.AdvertisedAdminAddr(), PID: os.Getpid()})
+	}
 	if err := c.File.Save(filepath.Join(cfg.Dir, "cluster.json")); err != nil {
 		return nil, err
 	}

@@ -107,7 +107,7 @@ start() {
 
 # write_cluster_json: DIR/cluster.json from the meta and pid files.
 write_cluster_json() {
-	local masters console nodes="" first=1 f name role region addr pid url_id url_secret
+	local masters console nodes="" first=1 f name role region addr admin pid url_id url_secret
 	read -r url_id url_secret <"$DIR/run/url-key"
 	masters=$(printf '%s:'"$BASE"',' "${MASTER_IPS[@]}")
 	masters=${masters%,}
@@ -117,9 +117,13 @@ write_cluster_json() {
 		read -r role region addr <"$f"
 		pid=$(cat "$DIR/run/$name.pid" 2>/dev/null || echo 0)
 		[[ $region == - ]] && region=""
+		# Every Willow process serves its admin HTTP (/metrics, /healthz)
+		# on BASE+1 of its gRPC IP; redis and s3 have none.
+		admin=""
+		[[ $role == redis || $role == s3 ]] || admin="${addr%:*}:$((BASE + 1))"
 		((first)) || nodes+=","
 		first=0
-		nodes+=$(printf '\n    {"role": "%s", "region": "%s", "addr": "%s", "pid": %d}' "$role" "$region" "$addr" "$pid")
+		nodes+=$(printf '\n    {"id": "%s", "role": "%s", "region": "%s", "addr": "%s", "admin": "%s", "pid": %d}' "$name" "$role" "$region" "$addr" "$admin" "$pid")
 	done
 	region_json() { # REGION SUBNET
 		printf '"%s": {"upload": "127.0.%s.1:%d", "upload_http": "http://127.0.%s.1:%d/files/", "compress": "127.0.%s.11:%d", "edgecache_grpc": "127.0.%s.21:%d", "edgecache_http": "127.0.%s.21:%d"}' \
