@@ -182,3 +182,120 @@ func TestScheduleSurvivesMasterRestart(t *testing.T) {
 		t.Fatalf("s1 applied %d times", applied)
 	}
 }
+
+// TestAutoStateChangesNoWatchEvent: an auto-flex mode change, a dry-run
+// proposal and a new schedule change no knob, so the flex version stays
+// and a node's Watch stream gets no event; the mode and the proposal
+// survive a master restart; the step auto-flex then takes is one new
+// version and one event.
+func TestAutoStateChangesNoWatchEvent(t *testing.T) {
+	rdb := testenv.StartRedisKind(t, "server").Client(t)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(`
+rules:
+  - {name: cq, signal: compress_queue_p99_ms, above: 1000, below: 300, dwell: 1s, cooldown: 2s, level: blue}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// compress heartbeats a long queue to m (a node follows one master).
+	compress := func(m *testMaster) {
+		n, err := node.New(node.Config{ID: "compress-a-1", Role: "compress", Region: "a", MasterAddr: m.node.Addr(),
+			HeartbeatInterval: 100 * time.Millisecond, Logger: quiet(), QueueMs: func() float64 { return 1800 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = n.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	m := startAutoMaster(t, rdb, "master-1", policy)
+	compress(m)
+
+	// events collects the versions one Watch stream receives.
+	watch := func(c willowv1.MasterClient) <-chan int64 {
+		wctx, wcancel := context.WithCancel(context.Background())
+		t.Cleanup(wcancel)
+		s, err := c.Watch(wctx, &willowv1.WatchRequest{NodeId: "watcher"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make(chan int64, 16)
+		go func() {
+			for {
+				ev, err := s.Recv()
+				if err != nil {
+					close(out)
+					return
+				}
+				out <- ev.GetFlex().GetVersion()
+			}
+		}()
+		return out
+	}
+	events := watch(m.client)
+	first := <-events
+	noEvent := func(what string) {
+		t.Helper()
+		select {
+		case v := <-events:
+			t.Fatalf("%s: Watch event with version %d (first %d)", what, v, first)
+		case <-time.After(300 * time.Millisecond):
+		}
+		st, err := m.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
+		if err != nil || st.GetVersion() != first {
+			t.Fatalf("%s: flex version %d (%v), want %d", what, st.GetVersion(), err, first)
+		}
+	}
+	if _, err := m.client.SetFlexAuto(ctxT(t), &willowv1.SetFlexAutoRequest{Token: token, Mode: master.AutoDryRun, Reason: "watch first"}); err != nil {
+		t.Fatal(err)
+	}
+	noEvent("mode change")
+	regWait(t, 15*time.Second, "a dry-run proposal", func() bool {
+		as, err := m.client.GetFlexAuto(ctxT(t), &willowv1.GetFlexAutoRequest{})
+		return err == nil && strings.HasPrefix(as.GetProposal(), "auto-flex would set blue: ")
+	})
+	noEvent("dry-run proposal")
+	if _, err := m.client.ScheduleFlex(ctxT(t), &willowv1.ScheduleFlexRequest{Token: token, Change: &willowv1.ScheduledChange{
+		AtUnixMs: time.Now().Add(time.Hour).UnixMilli(), Level: "yellow", Reason: "later"}}); err != nil {
+		t.Fatal(err)
+	}
+	noEvent("new schedule")
+
+	// Restart: the mode and the proposal come back from Redis.
+	m.stop()
+	m = startAutoMaster(t, rdb, "master-1", policy)
+	as, err := m.client.GetFlexAuto(ctxT(t), &willowv1.GetFlexAutoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if as.GetMode() != master.AutoDryRun || !strings.HasPrefix(as.GetProposal(), "auto-flex would set blue: ") {
+		t.Fatalf("after restart: mode %q proposal %q", as.GetMode(), as.GetProposal())
+	}
+	events = watch(m.client)
+	if v := <-events; v != first {
+		t.Fatalf("after restart the version is %d, want %d", v, first)
+	}
+	noEvent("restart")
+	compress(m)
+	if _, err := m.client.SetFlexAuto(ctxT(t), &willowv1.SetFlexAutoRequest{Token: token, Mode: master.AutoOn, Reason: "act"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-events:
+		if v != first+1 {
+			t.Fatalf("the step's version %d, want %d", v, first+1)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no Watch event for the auto-flex step")
+	}
+	st, err := m.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
+	if err != nil || st.GetLevel() != "blue" || st.GetActor() != master.AutoFlexActor {
+		t.Fatalf("after the step: %v %v", st, err)
+	}
+	select {
+	case v := <-events:
+		t.Fatalf("a second Watch event (version %d) after one step", v)
+	case <-time.After(500 * time.Millisecond):
+	}
+}

@@ -70,8 +70,15 @@ type flexState struct {
 
 // flexDoc is the document persisted in Redis: the editable setting, the
 // setting before the last change (rollback), and pending expiries.
+//
+// Version is the flex version nodes see: it moves only when what nodes run
+// (level, knobs, scopes, expiry, attribution) changes. Rev moves on every
+// write and is what the compare-and-set checks: an auto-flex mode change, a
+// dry-run proposal or a new schedule is a new Rev under the same Version,
+// so nodes get no Watch event with the knobs they already run.
 type flexDoc struct {
 	Version   int64           `json:"version"`
+	Rev       int64           `json:"rev,omitempty"` // 0 in documents older than Rev: read as Version
 	Setting   flex.Setting    `json:"setting"`
 	Prev      *flex.Setting   `json:"prev,omitempty"`
 	Pending   []pendingRevert `json:"pending,omitempty"`
@@ -85,6 +92,9 @@ type flexDoc struct {
 	Schedules []scheduleDoc `json:"schedules,omitempty"`
 	NextSched int64         `json:"next_schedule,omitempty"`
 }
+
+// rev is the document's revision (Version in documents without one).
+func (d flexDoc) rev() int64 { return max(d.Rev, d.Version) }
 
 // pendingRevert is a change made with an expiry: at At the master undoes
 // Before -> After (flex.Revert).
@@ -256,12 +266,19 @@ func (s *Server) render(d flexDoc) (*willowv1.FlexState, error) {
 	return st, nil
 }
 
-// install makes d the current document if it is newer, and wakes watchers.
-// The master's own node runs the state too (its willow_flex_version and
-// willow_flex_level agree with willow_master_flex_version).
+// install makes d the current document if it is a newer revision. Only
+// a new flex version wakes watchers and reaches the master's own node (its
+// willow_flex_version and willow_flex_level agree with
+// willow_master_flex_version): a revision that changes auto-flex state or
+// schedules alone leaves what nodes run as it is.
 func (s *Server) install(d flexDoc) {
 	s.flexMu.Lock()
-	if d.Version <= s.doc.Version {
+	if d.rev() <= s.doc.rev() {
+		s.flexMu.Unlock()
+		return
+	}
+	if d.Version == s.doc.Version {
+		s.doc = d
 		s.flexMu.Unlock()
 		return
 	}
@@ -319,18 +336,24 @@ func (s *Server) commit(ctx context.Context, m mutation) (prev, next *willowv1.F
 		}
 		// Never go backwards, even if Redis lost the document.
 		local, _, _ := s.current()
-		nd.Version = max(cur.Version, local.Version) + 1
-		if nd.Version == 1 && entry.GetAction() != "init" {
-			nd.Version = 2 // version 1 is the initial normal state
-		}
+		nd.Rev = max(cur.rev(), local.rev()) + 1
 		prev, err = s.render(cur)
 		if err != nil {
 			return nil, nil, err
 		}
 		prev.Version = cur.Version
+		nd.Version = cur.Version
 		next, err = s.render(nd)
 		if err != nil {
 			return nil, nil, err
+		}
+		if cur.Version == 0 || cur.Version < local.Version || !proto.Equal(prev, next) {
+			// What nodes run changes: a new flex version.
+			nd.Version = max(cur.Version, local.Version) + 1
+			if nd.Version == 1 && entry.GetAction() != "init" {
+				nd.Version = 2 // version 1 is the initial normal state
+			}
+			next.Version = nd.Version
 		}
 		entry.AtUnixMs = nd.ChangedAt
 		entry.FromVersion, entry.ToVersion = cur.Version, nd.Version
@@ -341,7 +364,7 @@ func (s *Server) commit(ctx context.Context, m mutation) (prev, next *willowv1.F
 			return nil, nil, err
 		}
 		rctx, cancel = context.WithTimeout(ctx, redisTimeout)
-		ok, err := s.store.Swap(rctx, cur.Version, nd, auditJSON)
+		ok, err := s.store.Swap(rctx, cur.rev(), nd, auditJSON)
 		cancel()
 		if err != nil {
 			return nil, nil, err

@@ -19,9 +19,10 @@ type flexStore interface {
 	// Load returns the document; an absent one is the zero flexDoc
 	// (version 0, the normal level).
 	Load(ctx context.Context) (flexDoc, error)
-	// Swap stores next if the stored version is still expect, appends
-	// audit to the audit log and signals the change, all at once. ok is
-	// false, with no error, when another writer changed the version first.
+	// Swap stores next if the stored revision (flexDoc.rev) is still
+	// expect, appends audit to the audit log and signals the change, all
+	// at once. ok is false, with no error, when another writer changed the
+	// document first.
 	Swap(ctx context.Context, expect int64, next flexDoc, audit []byte) (ok bool, err error)
 	// Audit appends one entry to the audit log, which keeps the newest
 	// auditKeep entries.
@@ -38,7 +39,7 @@ type flexStore interface {
 var _ flexStore = (*redisFlexStore)(nil)
 
 // redisFlexStore keeps the document in the hash {PREFIX}flex:doc (fields
-// version and doc), the audit log in the list {PREFIX}flex:audit, and
+// rev, version and doc; documents written before rev existed have none), the audit log in the list {PREFIX}flex:audit, and
 // publishes each new version on {PREFIX}flex:changed: one hash tag, the
 // master's (Server.key), so the CAS script keeps to one cluster slot.
 type redisFlexStore struct {
@@ -53,13 +54,13 @@ func newRedisFlexStore(rdb Redis, keyPrefix string) *redisFlexStore {
 
 func (r *redisFlexStore) key(name string) string { return r.prefix + name }
 
-// casScript sets the document if its version is still ARGV[1], appends
-// the audit entry and publishes the new version. It returns -1 on success,
-// else the version found.
+// casScript sets the document if its revision is still ARGV[1], appends
+// the audit entry and publishes the new revision. It returns -1 on
+// success, else the revision found.
 const casScript = `
-local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+local v = tonumber(redis.call('HGET', KEYS[1], 'rev') or redis.call('HGET', KEYS[1], 'version') or '0')
 if v ~= tonumber(ARGV[1]) then return v end
-redis.call('HSET', KEYS[1], 'version', ARGV[2], 'doc', ARGV[3])
+redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'version', ARGV[6], 'doc', ARGV[3])
 if ARGV[4] ~= '' then
   redis.call('LPUSH', KEYS[2], ARGV[4])
   redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
@@ -90,7 +91,7 @@ func (r *redisFlexStore) Swap(ctx context.Context, expect int64, next flexDoc, a
 	}
 	res, err := r.cas.Run(ctx, r.rdb,
 		[]string{r.key("doc"), r.key("audit"), r.key("changed")},
-		expect, next.Version, docJSON, audit, auditKeep).Int64()
+		expect, next.rev(), docJSON, audit, auditKeep, next.Version).Int64()
 	if err != nil {
 		return false, fmt.Errorf("write flex doc: %w", err)
 	}

@@ -70,7 +70,7 @@ func (m *memFlexStore) Swap(_ context.Context, expect int64, next flexDoc, audit
 	if err != nil {
 		return false, err
 	}
-	m.doc, m.ver = b, next.Version
+	m.doc, m.ver = b, next.rev()
 	m.audit = append([]string{string(audit)}, m.audit...)
 	for _, c := range m.subs {
 		select {
@@ -87,9 +87,11 @@ func (m *memFlexStore) bump(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
+	expect := d.rev()
 	d.Version++
+	d.Rev = max(d.Rev, d.Version-1) + 1
 	d.Setting.Global.Overrides = map[string]string{"image_quality": "33"}
-	if ok, err := m.Swap(context.Background(), d.Version-1, d, []byte(`{"actor":"other-master","action":"knob","accepted":true}`)); !ok || err != nil {
+	if ok, err := m.Swap(context.Background(), expect, d, []byte(`{"actor":"other-master","action":"knob","accepted":true}`)); !ok || err != nil {
 		t.Errorf("other master's swap: %v %v", ok, err)
 	}
 }

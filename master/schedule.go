@@ -266,7 +266,10 @@ func (s *Server) applySchedule(ctx context.Context, id string) error {
 				To: describeRequest(req), Error: "at apply time: " + x.Error}
 		} else {
 			nd = s.applyChange(cur, req, x.Actor, reason)
-			x.State, x.Version = ScheduleApplied, cur.Version+1
+			x.State, x.Version = ScheduleApplied, cur.Version
+			if !s.sameEffect(cur, nd) {
+				x.Version++ // commit gives a change of what nodes run the next flex version
+			}
 			entry = &willowv1.AuditEntry{Actor: x.Actor, Action: action, Scope: x.Scope, Reason: reason}
 		}
 		x.DoneAt = now
