@@ -32,6 +32,7 @@ const consoleTimeout = 5 * time.Second
 //	GET  /api/flex      current state, level plans, knob names, writable
 //	GET  /api/nodes     nodes by region with health, load and gauges
 //	GET  /api/history   audit log, newest first (?limit=N)
+//	GET  /api/auto      auto-flex mode, pause, proposal, rules, schedules
 //	POST /api/flex      a change: {"level","knobs","scope","reason","for",
 //	                    "expected_version","dry_run","actor"}
 //	POST /api/rollback  {"reason","expected_version","actor"}
@@ -61,6 +62,7 @@ func (s *Server) ConsoleHandler() http.Handler {
 	mux.HandleFunc("POST /api/flex", s.consoleAuth(auth.RoleOncall, s.apiSetFlex))
 	mux.HandleFunc("POST /api/rollback", s.consoleAuth(auth.RoleOncall, s.apiRollback))
 	s.trendRoutes(mux) // console_trends.go
+	s.consoleAuto(mux) // console_auto.go: GET /api/auto
 	s.uploadPage(mux)
 	return consoleHeaders(gzhttp.GzipHandler(mux))
 }
