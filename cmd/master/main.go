@@ -3,6 +3,7 @@
 //
 //	master -config master.yaml
 //	master -id master-1 -grpc :7000 -admin :7001 -console :7002 -redis redis://127.0.0.1:6379 -oncall-token T
+//	master -config master.yaml -auto-flex-policy autoflex.yaml
 //
 // The config file has two sections, node: (daemon.NodeSection) and
 // master: (master.Config's keys plus redis and console); flags override it.
@@ -35,6 +36,7 @@ func run(ctx context.Context, p daemon.Process, args []string) error {
 	d.FS.StringVar(&mc.Redis, "redis", "", "Redis URL: redis://host:port/db, or redis-cluster://h1:port,h2:port,... for a Redis Cluster (default $WILLOW_REDIS)")
 	d.FS.StringVar(&mc.OncallToken, "oncall-token", "", "on-call token (default $WILLOW_ONCALL_TOKEN)")
 	d.FS.StringVar(&mc.LevelsFile, "levels", "", "YAML file of flex level plans")
+	d.FS.StringVar(&mc.AutoFlexPolicy, "auto-flex-policy", "", "YAML file of the auto-flex policy (default: the shipped one, docs/flex.md)")
 	if err := d.Parse(args, f, &f.Node, nil); err != nil {
 		return err
 	}

@@ -60,6 +60,41 @@ func TestMainRefuses(t *testing.T) {
 	}
 }
 
+// TestMainAutoFlexPolicy: -auto-flex-policy (master: auto_flex_policy in
+// the file) loads the policy; a missing or invalid one is refused with the
+// file and the field named.
+func TestMainAutoFlexPolicy(t *testing.T) {
+	r := testenv.StartRedis(t)
+	good := daemontest.WriteFile(t, "good.yaml", "ceiling: blue\nrules:\n  - {name: q, signal: compress_queue_p99_ms, above: 900, below: 200, dwell: 2s, cooldown: 5s, level: blue}\n")
+	bad := daemontest.WriteFile(t, "bad.yaml", "rules:\n  - {name: q, signal: compress_queue_p99_ms, above: 5, below: 6, dwell: 2s, cooldown: 5s, level: blue}\n")
+	args := func(policy string) []string {
+		return []string{"-redis", r.URL, "-oncall-token", "t", "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-auto-flex-policy", policy}
+	}
+	for policy, want := range map[string]string{
+		bad: "bad.yaml: auto-flex policy: rules[0].below: 6 must be under above (5)",
+		bad + ".missing": "auto-flex policy: open",
+	} {
+		if err := daemontest.Fail(t, run, daemontest.Env{"WILLOW_CLUSTER_SECRET": daemontest.ClusterSecret}, args(policy)...); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("-auto-flex-policy %s: %v, want %q", policy, err, want)
+		}
+	}
+	n, _ := daemontest.Start(t, run, nil, args(good)...)
+	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: daemontest.ClusterSecret, ID: "test-1", Role: "upload"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := willowv1.NewMasterClient(conn).GetFlexAuto(ctx, &willowv1.GetFlexAutoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetCeiling() != "blue" || len(st.GetRules()) != 1 || st.GetRules()[0].GetAbove() != 900 {
+		t.Fatalf("auto-flex status %v, want the policy of %s", st, good)
+	}
+}
+
 func TestMainBadRedisURL(t *testing.T) {
 	for _, url := range []string{"redis-cluster://", "redis-cluster://a:1/2", "localhost:6379", "redis://h:1/x"} {
 		err := daemontest.Fail(t, run, nil, "-redis", url, "-oncall-token", "t", "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0")
