@@ -71,7 +71,7 @@ func TestMainAutoFlexPolicy(t *testing.T) {
 		return []string{"-redis", r.URL, "-oncall-token", "t", "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-auto-flex-policy", policy}
 	}
 	for policy, want := range map[string]string{
-		bad: "bad.yaml: auto-flex policy: rules[0].below: 6 must be under above (5)",
+		bad:              "bad.yaml: auto-flex policy: rules[0].below: 6 must be under above (5)",
 		bad + ".missing": "auto-flex policy: open",
 	} {
 		if err := daemontest.Fail(t, run, daemontest.Env{"WILLOW_CLUSTER_SECRET": daemontest.ClusterSecret}, args(policy)...); err == nil || !strings.Contains(err.Error(), want) {
