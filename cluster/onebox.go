@@ -350,8 +350,7 @@ func (c *Cluster) newNode(id, role, region, masterAddr string, load nodeLoad) (*
 		SharedProcess: true,
 	}
 	if role != "master" {
-		sc := shedding.ServiceConfig()
-		cfg.Shed = &sc
+		cfg.Shed = &shedding.Config{} // each service declares its methods' classes
 	}
 	n, err := node.New(cfg)
 	if err != nil {

@@ -331,7 +331,7 @@ func TestRetriesKnob(t *testing.T) {
 }
 
 func TestShedRatio(t *testing.T) {
-	sc := shedding.ServiceConfig()
+	sc := shedding.Config{}
 	for _, ncfg := range []node.Config{
 		{ID: "edge-a-1", Role: "edgecache", Region: "a"},
 		{ID: "edge-a-1", Role: "edgecache", Region: "a", Shed: &sc},

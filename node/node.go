@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -101,7 +102,8 @@ type Config struct {
 	Auth *auth.Config `yaml:"-"`
 	// Shed, when set, installs the shared admission policy (shedding) on
 	// every RPC, reading this node's live knobs; health checks and
-	// reflection are always exempt.
+	// reflection are always exempt, and each service declares its own
+	// methods' classes on Shedder (shedding.Shedder.Declare).
 	Shed *shedding.Config `yaml:"-"`
 	// Gauges, when set, is called every heartbeat for role-specific load
 	// figures (pool bytes, held items, ...).
@@ -221,10 +223,15 @@ func New(cfg Config) (*Node, error) {
 
 	if cfg.Shed != nil {
 		sc := *cfg.Shed
-		sc.Exempt = append(append([]string(nil), sc.Exempt...),
-			healthpb.Health_Check_FullMethodName, healthpb.Health_Watch_FullMethodName,
+		sc.Methods = maps.Clone(sc.Methods)
+		if sc.Methods == nil {
+			sc.Methods = shedding.Classes{}
+		}
+		for _, m := range []string{healthpb.Health_Check_FullMethodName, healthpb.Health_Watch_FullMethodName,
 			"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-			"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+			"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"} {
+			sc.Methods[m] = shedding.Exempt
+		}
 		sh, err := shedding.New(sc, shedding.Deps{Knobs: n.Knobs, Registerer: n.reg, Now: cfg.Now})
 		if err != nil {
 			return nil, fmt.Errorf("node: %w", err)

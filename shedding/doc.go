@@ -30,12 +30,14 @@
 //     the wait is the queueing time; after Config.MaxWait the request is
 //     rejected with reason overload.
 //
+// Each method has a Class. Services declare their methods' classes next
+// to their code (upload.ShedClasses, timeline.ShedClasses) and hand them
+// to their node's Shedder (Declare); shedding names no service's methods.
 // Exempt methods skip all three (never shed mid-upload: Chunks, Commit and
-// Status of an upload admitted at Begin; health; the master's control
-// plane); they take no slot, so their load is not in the queueing signal.
-// Deferred methods (the upload front's Begin) always reach their handler,
-// which reads WouldShed to learn the decision and may spill to a buffer
-// pool instead of failing.
+// Status of an upload admitted at Begin; health); they take no slot, so
+// their load is not in the queueing signal. Deferred methods (the upload
+// front's Begin) always reach their handler, which reads WouldShed to
+// learn the decision and may spill to a buffer pool instead of failing.
 //
 // The current level goes back in the response header willow-admit-level
 // (not for exempt or deferred methods) while it is below the top and for

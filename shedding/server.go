@@ -44,10 +44,11 @@ func lastOf(v []string) string {
 // (nil when none was taken) and the rejection error, if any.
 // ss is the server stream, nil for unary calls.
 func (s *Shedder) gate(ctx context.Context, method string, ss grpc.ServerStream) (context.Context, func(), error) {
-	if s.exempt[method] {
+	cl := s.Class(method)
+	if cl == Exempt {
 		return ctx, nil, nil
 	}
-	deferred := s.deferred[method]
+	deferred := cl == Deferred
 	business, user := requestContext(ctx)
 	reason, ok, bi, key := s.admit(business, user)
 	if !deferred {
@@ -113,7 +114,7 @@ func (s *Shedder) announce(ctx context.Context, ss grpc.ServerStream) {
 // response header willow-admit-level.
 func (s *Shedder) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if s.exempt[info.FullMethod] {
+		if s.Class(info.FullMethod) == Exempt {
 			return handler(ctx, req)
 		}
 		ctx, release, err := s.gate(ctx, info.FullMethod, nil)
@@ -131,7 +132,7 @@ func (s *Shedder) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // is decided when the stream opens and a slot is held until it ends.
 func (s *Shedder) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if s.exempt[info.FullMethod] {
+		if s.Class(info.FullMethod) == Exempt {
 			return handler(srv, ss)
 		}
 		ctx, release, err := s.gate(ss.Context(), info.FullMethod, ss)

@@ -67,11 +67,10 @@ type Config struct {
 	MaxWait time.Duration
 	// UserKey keys the hourly user-priority hash; default DefaultUserKey.
 	UserKey []byte
-	// Deferred lists full method names whose admission decision is handed
-	// to the handler (WouldShed) instead of rejected.
-	Deferred []string
-	// Exempt lists full method names never shed; they take no slot either.
-	Exempt []string
+	// Methods are method classes known at construction (the node's own:
+	// health, reflection); services add theirs with Declare. A method
+	// not listed is Admitted.
+	Methods Classes
 }
 
 // Deps are the Shedder's dependencies; all optional.
@@ -101,8 +100,8 @@ type Shedder struct {
 	knobsFn   func() flex.Knobs
 	now       func() time.Time
 	rnd       func() uint64
-	deferred  map[string]bool
-	exempt    map[string]bool
+	classes   atomic.Pointer[Classes] // replaced whole by Declare, under classMu
+	classMu   sync.Mutex
 	slots     *slots
 	metrics   *metrics
 	errShed   error
@@ -167,8 +166,6 @@ func New(cfg Config, deps Deps) (*Shedder, error) {
 		knobsFn:   deps.Knobs,
 		now:       deps.Now,
 		rnd:       deps.Rand,
-		deferred:  make(map[string]bool),
-		exempt:    make(map[string]bool),
 		slots:     newSlots(cfg.MaxInFlight),
 		threshold: int64(cfg.QueueThreshold),
 		window:    int64(cfg.Window),
@@ -192,11 +189,9 @@ func New(cfg Config, deps Deps) (*Shedder, error) {
 	s.level.Store(s.maxLevel)
 	s.release = s.slots.release
 	s.hash = NewUserHash(cfg.UserKey)
-	for _, m := range cfg.Deferred {
-		s.deferred[m] = true
-	}
-	for _, m := range cfg.Exempt {
-		s.exempt[m] = true
+	s.classes.Store(&Classes{})
+	if err := s.Declare(cfg.Methods); err != nil {
+		return nil, err
 	}
 	if s.knobsFn == nil {
 		s.knobsFn = flex.Defaults

@@ -110,8 +110,7 @@ func TestSameUserSameFateWithinHour(t *testing.T) {
 
 func TestDeferredExemptAndStreams(t *testing.T) {
 	s, err := shedding.New(shedding.Config{
-		Deferred: []string{mBegin},
-		Exempt:   []string{mHealth},
+		Methods: shedding.Classes{mBegin: shedding.Deferred, mHealth: shedding.Exempt},
 	}, shedding.Deps{Knobs: knobs(map[string]float64{"avatar": 1})})
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +181,7 @@ func TestDeferredExemptAndStreams(t *testing.T) {
 // level expires.
 func TestLevelTravelsAndClientDropsEarly(t *testing.T) {
 	clk := newClock()
-	s, err := shedding.New(shedding.Config{MaxInFlight: 1, MaxWait: 5 * time.Second, Exempt: []string{mHealth}}, shedding.Deps{Now: clk.Now})
+	s, err := shedding.New(shedding.Config{MaxInFlight: 1, MaxWait: 5 * time.Second, Methods: shedding.Classes{mHealth: shedding.Exempt}}, shedding.Deps{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package timeline
 import (
 	"willow/auth"
 	willowv1 "willow/proto/willow/v1"
+	"willow/shedding"
 )
 
 // Methods is the timeline's caller-class table (package auth). Follow,
@@ -18,4 +19,11 @@ func Methods() auth.Table {
 		willowv1.Timeline_Poll_FullMethodName:     social,
 		willowv1.Timeline_Stats_FullMethodName:    {Classes: auth.Operator | auth.Node, Role: auth.RoleRead},
 	}
+}
+
+// ShedClasses is the timeline's admission table (package shedding): Stats,
+// the operators' and nodes' read of the service's own figures, is Exempt;
+// the social calls are Admitted. New declares it on the node's Shedder.
+func ShedClasses() shedding.Classes {
+	return shedding.Classes{willowv1.Timeline_Stats_FullMethodName: shedding.Exempt}
 }

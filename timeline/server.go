@@ -214,6 +214,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
 		return nil, err
 	}
+	if err := deps.Node.Shedder().Declare(ShedClasses()); err != nil {
+		return nil, err
+	}
 	willowv1.RegisterTimelineServer(deps.Node.Server(), s)
 	return s, nil
 }

@@ -25,6 +25,7 @@ import (
 	"willow/media"
 	"willow/node"
 	willowv1 "willow/proto/willow/v1"
+	"willow/shedding"
 	"willow/store"
 	"willow/store/fs"
 	"willow/token"
@@ -167,6 +168,9 @@ type frontOpts struct {
 	real       bool
 	realLimits limits.Limits
 	id         string // node ID; default upload-a-1
+	// shed installs the node's admission policy (node.Config.Shed); the
+	// front then reads the real shedder's decision (no fake WouldShed).
+	shed *shedding.Config
 }
 
 func newFront(t *testing.T, o frontOpts) *front { return newFrontB(t, o) }
@@ -207,7 +211,7 @@ func newFrontB(tb testing.TB, o frontOpts) *front {
 	if o.id == "" {
 		o.id = "upload-a-1"
 	}
-	un, err := node.New(node.Config{ID: o.id, Role: "upload", Region: "a", Logger: quiet})
+	un, err := node.New(node.Config{ID: o.id, Role: "upload", Region: "a", Logger: quiet, Shed: o.shed})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -238,16 +242,19 @@ func newFrontB(tb testing.TB, o frontOpts) *front {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond
 	}
-	f.srv, err = upload.New(cfg, upload.Deps{
+	deps := upload.Deps{
 		Node: un, Store: f.store, Redis: o.redis, Compress: willowv1.NewCompressClient(cconn),
 		Pool1: f.pool1, Pool2: f.pool2,
-		WouldShed: func(context.Context) (string, bool) {
+	}
+	if o.shed == nil {
+		deps.WouldShed = func(context.Context) (string, bool) {
 			if r := f.shedReason.Load(); r != nil {
 				return *r, true
 			}
 			return "", false
-		},
-	})
+		}
+	}
+	f.srv, err = upload.New(cfg, deps)
 	if err != nil {
 		tb.Fatal(err)
 	}

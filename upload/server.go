@@ -147,6 +147,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
 		return nil, err
 	}
+	if err := deps.Node.Shedder().Declare(ShedClasses()); err != nil {
+		return nil, err
+	}
 	willowv1.RegisterUploadServer(deps.Node.Server(), s)
 	return s, nil
 }

@@ -63,7 +63,8 @@ var ErrNoNodeCredentials = errors.New("need node credentials: -cluster-secret (o
 // NodeConfig returns the node runtime's config the parsed node: section
 // and flags give: the TLS flags and the credentials (package auth)
 // applied and, except for the master, the shared admission policy
-// (shedding.ServiceConfig) installed. It refuses (ErrNoNodeCredentials) a
+// (package shedding) installed; each service declares its own methods'
+// classes on it. It refuses (ErrNoNodeCredentials) a
 // node without a cluster secret or mutual TLS, and the shipped
 // placeholder secrets.
 func (d *Daemon) NodeConfig() (node.Config, error) {
@@ -93,8 +94,7 @@ func (d *Daemon) NodeConfig() (node.Config, error) {
 	cfg.Role, cfg.AdvertiseHost, cfg.Logger = d.role, d.Getenv("POD_IP"), d.Log
 	cfg.TLS, cfg.ClientTLS, cfg.Auth = srvTLS, cliTLS, ac
 	if d.role != "master" {
-		sc := shedding.ServiceConfig()
-		cfg.Shed = &sc
+		cfg.Shed = &shedding.Config{} // each service declares its methods' classes
 	}
 	return cfg, nil
 }
