@@ -2,21 +2,15 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"willow/internal/redisproc"
 	"willow/redisconn"
 )
 
@@ -28,8 +22,8 @@ type RedisCluster struct {
 	// URL is its redis-cluster:// URL, as -redis takes it.
 	URL string
 
-	procs []*exec.Cmd
-	dirs  []string
+	rc   *redisproc.Cluster
+	dirs []string
 }
 
 // StartRedisCluster starts a 3-master Redis Cluster (no replicas, no
@@ -43,69 +37,22 @@ func StartRedisCluster(t testing.TB) *RedisCluster {
 	server, cli := LookPath(t, "redis-server"), LookPath(t, "redis-cli")
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	rc, err := startCluster(server, cli, dirs)
-	if rc != nil {
-		t.Cleanup(rc.Kill)
-	}
+	t.Cleanup(rc.Kill)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	return rc
 }
 
+// startCluster starts the cluster through internal/redisproc; on error
+// the returned cluster holds the nodes started so far (Kill it).
 func startCluster(server, cli string, dirs []string) (*RedisCluster, error) {
-	rc := &RedisCluster{dirs: dirs}
-	for i, dir := range dirs {
-		port, err := clusterPort()
-		if err != nil {
-			return rc, err
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		logf, err := os.Create(filepath.Join(dir, "redis.log"))
-		if err != nil {
-			return rc, err
-		}
-		cmd := exec.Command(server, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--dir", dir, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "5000", "--appendonly", "no", "--save", "", "--protected-mode", "no")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		err = cmd.Start()
-		logf.Close()
-		if err != nil {
-			return rc, fmt.Errorf("start redis-server (cluster node %d): %w", i, err)
-		}
-		rc.procs = append(rc.procs, cmd)
-		rc.Addrs = append(rc.Addrs, addr)
-		if err := WaitTCP(addr, 30*time.Second); err != nil {
-			out, _ := os.ReadFile(logf.Name())
-			return rc, fmt.Errorf("redis cluster node %s did not listen: %v\n%s", addr, err, out)
-		}
+	c, err := redisproc.StartCluster(context.Background(), redisproc.ClusterOptions{Dirs: dirs, Bin: server, CLI: cli})
+	rc := &RedisCluster{rc: c, dirs: dirs}
+	if c != nil {
+		rc.Addrs, rc.URL = c.Addrs, c.URL
 	}
-	args := append([]string{"--cluster", "create"}, rc.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		return rc, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	rc.URL = "redis-cluster://" + strings.Join(rc.Addrs, ",")
-	// Every node must see the whole cluster before clients route.
-	for _, a := range rc.Addrs {
-		c := redis.NewClient(&redis.Options{Addr: a})
-		for {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
-				break
-			}
-			if ctx.Err() != nil {
-				c.Close()
-				return rc, fmt.Errorf("redis cluster node %s not ready: %v\n%s", a, err, info)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		c.Close()
-	}
-	return rc, nil
+	return rc, err
 }
 
 // Client returns a go-redis cluster client for it (through
@@ -123,13 +70,9 @@ func (rc *RedisCluster) Client(t testing.TB) *redis.ClusterClient {
 
 // Kill stops every node with SIGKILL and waits for them.
 func (rc *RedisCluster) Kill() {
-	for _, p := range rc.procs {
-		if p.Process != nil {
-			_ = p.Process.Signal(syscall.SIGKILL)
-			_ = p.Wait()
-		}
+	if rc.rc != nil {
+		rc.rc.Kill()
 	}
-	rc.procs = nil
 }
 
 // flush empties every master.
@@ -250,29 +193,6 @@ func ForEachRedis(t *testing.T, f func(t *testing.T, r RedisTarget)) {
 	for _, kind := range RedisKinds {
 		t.Run(kind, func(t *testing.T) { f(t, StartRedisKind(t, kind)) })
 	}
-}
-
-// clusterPort returns a free loopback port whose cluster bus port (port
-// + 10000) is free and valid too.
-func clusterPort() (int, error) {
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port+10000 > 65535 {
-			continue
-		}
-		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
-		if err != nil {
-			continue
-		}
-		b.Close()
-		return port, nil
-	}
-	return 0, errors.New("no free port pair for a redis cluster node")
 }
 
 // FlushAll empties c: the server, or every master of a cluster.

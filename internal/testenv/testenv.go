@@ -1,6 +1,8 @@
-// Package testenv starts the real components tests need — redis-server and
-// the versitygw S3 gateway — as child processes on free loopback ports, and
-// stops them when the test ends. A missing binary fails the test with a
+// Package testenv starts the real components tests need — redis-server (a
+// single server or a 3-master Redis Cluster, through internal/redisproc,
+// the code the one-box cluster starts its Redis with) and the versitygw S3
+// gateway — as child processes on free loopback ports, and stops them when
+// the test ends. A missing binary fails the test with a
 // message naming scripts/setup.sh; it never skips silently.
 package testenv
 
@@ -11,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +21,8 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/redis/go-redis/v9"
+
+	"willow/internal/redisproc"
 )
 
 // FreePort returns a free TCP port on 127.0.0.1.
@@ -108,10 +111,11 @@ func WaitTCP(addr string, timeout time.Duration) error {
 	}
 }
 
-// Redis is a redis-server child process.
+// Redis is a redis-server child process, started through
+// internal/redisproc (the code cluster.StartRedis starts the one-box
+// cluster's Redis with): Addr, URL, Dir, Kill, Stop.
 type Redis struct {
-	*Proc
-	URL string
+	*redisproc.Proc
 }
 
 // Client returns a go-redis client for it, closed at the end of the test.
@@ -133,16 +137,16 @@ func StartRedis(t testing.TB) *Redis {
 }
 
 // StartRedisAt starts redis-server with its data in dir on port, so a test
-// can stop and restart it with the same data.
+// can stop and restart it with the same data. It is killed at the end of
+// the test.
 func StartRedisAt(t testing.TB, dir string, port int) *Redis {
 	t.Helper()
-	bin := LookPath(t, "redis-server")
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--dir", dir, "--appendonly", "yes", "--save", "", "--protected-mode", "no")
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p := start(t, "redis", cmd, addr)
-	p.Dir = dir
-	return &Redis{Proc: p, URL: "redis://" + addr}
+	p, err := redisproc.Start(context.Background(), redisproc.Options{Dir: dir, Port: port, Bin: LookPath(t, "redis-server"), Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(p.Kill)
+	return &Redis{Proc: p}
 }
 
 // S3 is a versitygw S3 gateway child process.
