@@ -272,6 +272,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		down:   make(map[string]time.Time),
 	}
 	s.m = newMetrics(n.Registry())
+	out := newBytesOutRate(s.m)
+	n.AddLoad(func(l *willowv1.Load) { out.fill(l, time.Now()) }) // load.go
 	s.budget = newFillBudget(cfg.FillBudgetBytes, s.m.fillBytes)
 	s.transcoders = make(chan struct{}, cfg.Transcoders)
 	s.mem = newMemTier(cfg.CapacityBytes, func() { s.m.evictions.WithLabelValues("memory").Inc() })

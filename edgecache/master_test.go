@@ -11,6 +11,7 @@ import (
 	"willow/master"
 	"willow/media"
 	"willow/node"
+	willowv1 "willow/proto/willow/v1"
 )
 
 // TestRingMembershipFromMaster runs a real master (on a real redis-server)
@@ -66,5 +67,74 @@ func TestRingMembershipFromMaster(t *testing.T) {
 	}
 	if n := st.gets.Load(); n != 1 {
 		t.Fatalf("%d origin reads across the OC, want 1", n)
+	}
+}
+
+// TestBytesOutReachesMaster: the edge fills its heartbeat's bytes_out_per_s
+// itself (the bytes it served per second), and the master's auto-flex
+// signal edge_bytes_out_per_s reads it.
+func TestBytesOutReachesMaster(t *testing.T) {
+	redis := testenv.StartRedis(t)
+	mn, err := node.New(node.Config{ID: "master-1", Role: "master", ShutdownGrace: time.Second, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := master.New(master.Config{OncallToken: "t"}, master.Deps{Node: mn, Redis: redis.Client(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mdone := make(chan struct{}, 2)
+	go func() { mn.Run(ctx); mdone <- struct{}{} }()
+	go func() { ms.Run(ctx); mdone <- struct{}{} }()
+	t.Cleanup(func() { cancel(); <-mdone; <-mdone })
+
+	st := newStore(t)
+	data := payload(256<<10, 3)
+	id := put(t, st, media.LocStore, 1, media.VariantMedium, "image/heic", data)
+	e := startEdgeNode(t,
+		node.Config{ID: "edge-a-1", Role: "edgecache", Region: "a", MasterAddr: mn.Addr(), HeartbeatInterval: 200 * time.Millisecond},
+		edgecache.Config{Hash: zeroHash},
+		edgecache.Deps{Store: st})
+	conn, err := node.Dial(mn.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mc := willowv1.NewMasterClient(conn)
+	var load *willowv1.Load
+	var signal float64
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// Serve about 1 MiB per heartbeat, then look at what the master has.
+		for i := 0; i < 4; i++ {
+			if resp, body := get(t, e.url+path(id, media.VariantMedium), nil); resp.StatusCode != 200 || len(body) != len(data) {
+				t.Fatalf("GET: %d, %d bytes", resp.StatusCode, len(body))
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		l, err := mc.ListNodes(ctx, &willowv1.ListNodesRequest{Role: "edgecache"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		as, err := mc.GetFlexAuto(ctx, &willowv1.GetFlexAutoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.GetNodes()) == 1 {
+			load = l.GetNodes()[0].GetLoad()
+		}
+		signal = as.GetSignals()[master.SignalEdgeBytesOut]
+		if load.GetBytesOutPerS() > 100<<10 && signal > 100<<10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("edge heartbeat bytes_out_per_s %.0f, master signal %.0f: want both > 100 KiB/s", load.GetBytesOutPerS(), signal)
+		}
+	}
+	// The figure is the served bytes, not a guess: at most what was sent
+	// over the heartbeat window (4 x 256 KiB per ~200 ms plus slack).
+	if load.GetBytesOutPerS() > 50<<20 {
+		t.Fatalf("bytes_out_per_s %.0f for about 5 MiB/s served", load.GetBytesOutPerS())
 	}
 }

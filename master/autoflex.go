@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -426,6 +427,10 @@ func trimFloat(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	case a >= 10:
 		return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0")
+	case a > 0 && a < 0.1:
+		// Two significant digits: a small ratio (0.0025 of the store
+		// write budget) must not read as 0.
+		return strconv.FormatFloat(v, 'g', 2, 64)
 	}
 	s := fmt.Sprintf("%.2f", v)
 	s = strings.TrimRight(s, "0")

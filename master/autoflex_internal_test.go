@@ -437,3 +437,24 @@ func TestAutoTwoActorsStepOnce(t *testing.T) {
 		t.Fatalf("%d auto-flex steps, want 1", steps)
 	}
 }
+
+// TestSignalFormat: a small signal keeps its digits in a reason (a store
+// write ratio of 0.0025 read "0" once, as if the signal were missing).
+func TestSignalFormat(t *testing.T) {
+	for _, tc := range []struct {
+		signal string
+		v      float64
+		want   string
+	}{
+		{SignalStoreWriteRatio, 0.0025, "0.0025"},
+		{SignalStoreWriteRatio, 0.95, "0.95"},
+		{SignalStoreWriteRatio, 0, "0"},
+		{SignalCompressQueueP99, 1800, "1.8 s"},
+		{SignalCompressQueueP99, 12.5, "12.5 ms"},
+		{SignalEdgeBytesOut, 2.5e6, "2.5 MB/s"},
+	} {
+		if got := fmtSignal(tc.signal, tc.v); got != tc.want {
+			t.Errorf("fmtSignal(%s, %v) = %q, want %q", tc.signal, tc.v, got, tc.want)
+		}
+	}
+}
