@@ -18,6 +18,8 @@ APT_PACKAGES=(
   nginx-light         # the edge-cache benchmark baseline
   protobuf-compiler   # protoc for `make proto`
   chromium            # headless browser for the flex console test (chromedp)
+  jq                  # the README quick start and willow up's banner (TestUpOnRedisCluster runs it)
+  curl                # the same
   ca-certificates
 )
 

@@ -43,7 +43,15 @@ func testCluster(t *testing.T) (*cluster.Cluster, string) {
 	return shared, filepath.Join(sharedDir, "cluster.json")
 }
 
+// cliAsMain makes the test binary run as the willow CLI, so a test can
+// put a `willow` on a shell's PATH (TestUpBannerWorksAsPrinted).
+const cliAsMain = "WILLOW_TEST_RUN_AS_CLI"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(cliAsMain) == "1" {
+		os.Unsetenv(cliAsMain)
+		main()
+	}
 	code := m.Run()
 	if shared != nil {
 		shared.Close()
