@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -11,7 +12,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+
+	"willow/internal/iostat"
 )
+
+var countedDial = iostat.Dial(nil)
 
 // Dial opens a client connection to a Willow gRPC address, over TLS when
 // tlsCfg is set. The connection is lazy: it does not wait for the server.
@@ -44,6 +49,9 @@ func Dial(addr string, tlsCfg *tls.Config, opts ...grpc.DialOption) (*grpc.Clien
 		creds = credentials.NewTLS(tlsCfg)
 	}
 	all := append([]grpc.DialOption{
+		// The connection's bytes count as this process's outgoing
+		// traffic in heartbeats (package iostat).
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return countedDial(ctx, "tcp", a) }),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8 << 20)),
 	}, opts...)

@@ -12,8 +12,9 @@ import (
 //
 //   - Network: bytes read from and written to the connections this node's
 //     servers accept (gRPC, and the HTTP listeners wrapped by
-//     CountListener: the edge's and the upload front's). Its own outgoing
-//     calls (to the store, to other nodes) are not counted.
+//     CountListener: the edge's and the upload front's), plus the
+//     connections the process dials (package iostat: gRPC through Dial,
+//     the S3 store, Redis through redisconn), which are process-wide.
 //     /proc/self/net/dev is per network namespace, not per process, so it
 //     cannot be used.
 //   - Disk: bytes written and fsyncs issued where the upload front stages

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"io"
 	"net"
 	"os"
@@ -11,7 +12,8 @@ import (
 )
 
 // The heartbeat load carries the process's RSS, the bytes through the
-// node's counted listeners and the disk counters.
+// node's counted listeners and the connections the process dials, and the
+// disk counters.
 func TestLoadCarriesResourceCounters(t *testing.T) {
 	n, err := New(Config{ID: "res-1", Role: "upload", Region: "a", SharedProcess: true})
 	if err != nil {
@@ -50,9 +52,39 @@ func TestLoadCarriesResourceCounters(t *testing.T) {
 	iostat.Sync(f)
 	f.Close()
 
+	// A connection the process dials counts too (process-wide).
+	dl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dl.Close()
+	go func() {
+		c, err := dl.Accept()
+		if err != nil {
+			return
+		}
+		io.ReadFull(c, make([]byte, 700))
+		c.Write(make([]byte, 50))
+		c.Close()
+	}()
+	in0, out0 := iostat.DialedIn(), iostat.DialedOut()
+	dc, err := countedDial(context.Background(), "tcp", dl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc.Write(make([]byte, 700))
+	io.ReadAll(dc)
+	dc.Close()
+	if iostat.DialedIn()-in0 != 50 || iostat.DialedOut()-out0 != 700 {
+		t.Errorf("dialed in %d out %d, want 50 and 700", iostat.DialedIn()-in0, iostat.DialedOut()-out0)
+	}
+
 	ld := n.load()
-	if ld.GetNetBytesIn() != 1000 || ld.GetNetBytesOut() != 300 {
-		t.Errorf("net in %d out %d, want 1000 and 300", ld.GetNetBytesIn(), ld.GetNetBytesOut())
+	if in, out := ld.GetNetBytesIn()-iostat.DialedIn(), ld.GetNetBytesOut()-iostat.DialedOut(); in != 1000 || out != 300 {
+		t.Errorf("servers' net in %d out %d, want 1000 and 300", in, out)
+	}
+	if ld.GetNetBytesIn() < 1050 || ld.GetNetBytesOut() < 1000 {
+		t.Errorf("net in %d out %d: the dialed connection is not in them", ld.GetNetBytesIn(), ld.GetNetBytesOut())
 	}
 	if ld.GetDiskBytesWritten()-w0 < 4096 || ld.GetFsyncs()-s0 < 1 {
 		t.Errorf("disk %d fsyncs %d after a 4 KiB write and a sync", ld.GetDiskBytesWritten()-w0, ld.GetFsyncs()-s0)

@@ -113,7 +113,9 @@ func (n *Node) load() *willowv1.Load {
 		l.Gauges["mem_rss_bytes"] = rss
 		l.RssBytes = int64(rss)
 	}
-	l.NetBytesIn, l.NetBytesOut = n.net.in.Load(), n.net.out.Load()
+	// The node's servers' traffic plus the process's dialed connections
+	// (store, Redis, other nodes).
+	l.NetBytesIn, l.NetBytesOut = n.net.in.Load()+iostat.DialedIn(), n.net.out.Load()+iostat.DialedOut()
 	l.DiskBytesWritten, l.Fsyncs = iostat.Written(), iostat.Fsyncs()
 	l.SharedProcess = n.cfg.SharedProcess
 	n.applyHooks(l)

@@ -14,13 +14,17 @@
 package redisconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"willow/internal/iostat"
 )
 
 // Scheme names of the URL forms.
@@ -51,11 +55,17 @@ func Open(rawURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, badURL(rawURL, strings.TrimPrefix(err.Error(), "redis: "))
 		}
+		if opt.TLSConfig == nil {
+			opt.Dialer = countedDialer(opt.DialTimeout)
+		}
 		return redis.NewClient(opt), nil
 	case SchemeCluster, SchemeClusterTLS:
 		opt, err := parseCluster(rawURL)
 		if err != nil {
 			return nil, err
+		}
+		if opt.TLSConfig == nil {
+			opt.Dialer = countedDialer(opt.DialTimeout)
 		}
 		return redis.NewClusterClient(opt), nil
 	}
@@ -148,4 +158,15 @@ func Redact(rawURL string) string {
 func IsCluster(c any) bool {
 	_, ok := c.(*redis.ClusterClient)
 	return ok
+}
+
+// countedDialer dials as go-redis does by default (TCP, keep-alive, its
+// dial timeout) through package iostat, so Redis traffic counts in
+// heartbeats. TLS URLs keep go-redis's own dialer (it wraps TLS around
+// the connection only when Dialer is unset).
+func countedDialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	return iostat.Dial(&net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute})
 }

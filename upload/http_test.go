@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"willow/internal/iostat"
 	"willow/shedding"
 	"willow/upload"
 )
@@ -108,8 +109,14 @@ func TestTusWire(t *testing.T) {
 	if resp = patch(0, data[:half], "Upload-Checksum", "sha1 "+base64.StdEncoding.EncodeToString(make([]byte, 20))); resp.StatusCode != 460 {
 		t.Fatalf("bad checksum: %d %s", resp.StatusCode, bodyOf(resp))
 	}
+	w0 := iostat.Written()
 	if resp = patch(0, data[:half], "Upload-Checksum", "sha1 "+base64.StdEncoding.EncodeToString(sum[:])); resp.StatusCode != 204 || resp.Header.Get("Upload-Offset") != strconv.Itoa(half) {
 		t.Fatalf("patch 1: %d %v %s", resp.StatusCode, resp.Header, bodyOf(resp))
+	}
+	// A checksummed body is written twice: to its .patch temporary file,
+	// then to staging; heartbeats count both.
+	if w := iostat.Written() - w0; w < int64(2*half) {
+		t.Errorf("disk bytes written for a checksummed PATCH of %d bytes: %d, want >= %d", half, w, 2*half)
 	}
 	if resp = patch(0, data[:half]); resp.StatusCode != 409 || resp.Header.Get("Upload-Offset") != strconv.Itoa(half) {
 		t.Fatalf("patch at a stale offset: %d %v", resp.StatusCode, resp.Header)

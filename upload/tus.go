@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"willow/internal/iostat"
 )
 
 // tus 1.0.0 (https://tus.io/protocols/resumable-upload): POST creates an
@@ -255,7 +257,7 @@ func (h *HTTP) receiveChecked(r *http.Request, st *staged, off int64, me *inflig
 	}
 	defer func() { f.Close(); os.Remove(f.Name()) }()
 	limit := st.meta.Size - off
-	n, err := io.Copy(io.MultiWriter(f, hf), io.LimitReader(h.body(r, me), limit+1))
+	n, err := io.Copy(io.MultiWriter(iostat.CountWriter(f), hf), io.LimitReader(h.body(r, me), limit+1))
 	h.m.body.Add(float64(n))
 	if err != nil {
 		_, d := st.Offsets()

@@ -93,7 +93,7 @@ func TestUpOnRedisCluster(t *testing.T) {
 		t.Fatalf("thumb: %d bytes, %v", len(b), err)
 	}
 
-	checkBanner(t, out.String(), deadline)
+	checkBanner(t, out.String(), time.Now().Add(90*time.Second))
 
 	for _, s := range []struct {
 		args []string

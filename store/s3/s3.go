@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"willow/internal/iostat"
 	"willow/store"
 )
 
@@ -83,10 +85,18 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
+	// minio-go's own transport, dialing through iostat so the store's
+	// traffic counts in heartbeats.
+	tr, err := minio.DefaultTransport(cfg.Secure)
+	if err != nil {
+		return nil, fmt.Errorf("s3 store: %w", err)
+	}
+	tr.DialContext = iostat.Dial(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 	c, err := minio.New(cfg.Endpoint, &minio.Options{
-		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
-		Secure: cfg.Secure,
-		Region: cfg.Region,
+		Creds:     credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure:    cfg.Secure,
+		Region:    cfg.Region,
+		Transport: tr,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("s3 store: %w", err)
