@@ -20,24 +20,24 @@ import (
 	"willow/limits"
 )
 
-func main() { daemon.Main("compress", run) }
+// run is the compress binary.
+var run = daemon.Service("compress", flags, serve)
+
+func main() { daemon.Main(run) }
 
 type file struct {
-	Node     daemon.NodeSection `yaml:"node"`
-	Store    daemon.StoreConfig `yaml:"store"`
-	Limits   limits.Limits      `yaml:"limits"`
-	Compress compress.Config    `yaml:"compress"`
+	daemon.StoreSections `yaml:",inline"`
+	Limits               limits.Limits   `yaml:"limits"`
+	Compress             compress.Config `yaml:"compress"`
 }
 
-// run parses args, starts the worker and serves until ctx is done.
-func run(ctx context.Context, p daemon.Process, args []string) error {
-	d, f := daemon.New("compress", p), &file{}
+func flags(d *daemon.Daemon, f *file) {
 	d.FS.IntVar(&f.Compress.Workers, "workers", 0, "concurrent tasks (default: cores)")
 	d.FS.IntVar(&f.Compress.QueueLen, "queue", 0, fmt.Sprintf("tasks waiting for a worker (default %d)", compress.DefaultQueueLen))
-	if err := d.Parse(args, f, &f.Node, &f.Store); err != nil {
-		return err
-	}
-	defer d.Close()
+}
+
+// serve starts the worker and serves until ctx is done.
+func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 	var srv *compress.Server // set before the node runs, read by heartbeats
 	f.Node.QueueMs = func() float64 {
 		if srv == nil {

@@ -1,9 +1,7 @@
 package main
 
-import "willow/cmd/internal/daemontest"
-
-// Run is run, for the black-box tests.
-var Run daemontest.Run = run
+// Run is the binary, for the black-box tests.
+var Run = run
 
 // File is the config file type.
 type File = file

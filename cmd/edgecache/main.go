@@ -19,25 +19,26 @@ import (
 	"willow/flex"
 )
 
-func main() { daemon.Main("edgecache", run) }
+// run is the edgecache binary.
+var run = daemon.Service("edgecache", flags, serve)
+
+func main() { daemon.Main(run) }
 
 type file struct {
-	Node      daemon.NodeSection `yaml:"node"`
-	Store     daemon.StoreConfig `yaml:"store"`
-	EdgeCache edgecache.Config   `yaml:"edgecache"`
+	daemon.StoreSections `yaml:",inline"`
+	EdgeCache            edgecache.Config `yaml:"edgecache"`
 }
 
-// run parses args, starts the node and serves until ctx is done.
-func run(ctx context.Context, p daemon.Process, args []string) error {
-	d, f := daemon.New("edgecache", p), &file{}
+func flags(d *daemon.Daemon, f *file) {
 	ec := &f.EdgeCache
 	d.FS.StringVar(&ec.HTTPAddr, "http", "", "HTTP listen address for GET/HEAD /m/{id}/{variant} (default 127.0.0.1:0)")
 	d.FS.Int64Var(&ec.CapacityBytes, "capacity", 0, "memory cache capacity in bytes (default 256 MiB)")
 	d.FS.StringVar(&ec.DiskDir, "disk-dir", "", "disk tier directory, kept across restarts (default: no disk tier)")
-	if err := d.Parse(args, f, &f.Node, &f.Store); err != nil {
-		return err
-	}
-	defer d.Close()
+}
+
+// serve starts the node and serves until ctx is done.
+func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
+	ec := &f.EdgeCache
 	if ec.PublicBusinesses == nil {
 		ec.PublicBusinesses = flex.PublicBusinesses()
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -64,21 +63,13 @@ func TestRunServesFromConfigAndFlags(t *testing.T) {
 
 func TestRunRefuses(t *testing.T) {
 	env := daemontest.Env{"WILLOW_CLUSTER_SECRET": daemontest.ClusterSecret}
-	for _, tt := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-region", "a"}, "-store"},
-		{[]string{"-store", t.TempDir()}, "-region"}, // no default region
-		{[]string{"-bogus"}, "bogus"},
-	} {
-		if err := daemontest.Fail(t, main.Run, env, tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%v: got %v, want %q", tt.args, err, tt.want)
-		}
-	}
+	daemontest.Refuses(t, main.Run, env, []daemontest.Refusal{
+		{Args: []string{"-region", "a"}, Want: "-store"},
+		{Args: []string{"-store", t.TempDir()}, Want: "-region"}, // no default region
+		{Args: []string{"-bogus"}, Want: "bogus"},
+	})
 }
 
 func TestConfigFile(t *testing.T) {
-	daemontest.RoundTrip(t, &main.File{}, append(daemontest.NodeUnset, "EdgeCache.Hash", "EdgeCache.Peers", "EdgeCache.SkipGRPCShedding")...)
-	daemontest.ConfigMap(t, "edgecache", &main.File{})
+	daemontest.ConfigFile(t, "edgecache", &main.File{}, "EdgeCache.Hash", "EdgeCache.Peers", "EdgeCache.SkipGRPCShedding")
 }

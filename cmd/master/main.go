@@ -16,36 +16,37 @@ import (
 	"willow/master"
 )
 
-func main() { daemon.Main("master", run) }
+// run is the master binary.
+var run = daemon.Service("master", flags, serve)
+
+func main() { daemon.Main(run) }
 
 // file is the config file.
 type file struct {
-	Node   daemon.NodeSection `yaml:"node"`
-	Master struct {
+	daemon.Sections `yaml:",inline"`
+	Master          struct {
 		master.Config `yaml:",inline"`
 		Redis         string `yaml:"redis"`   // default $WILLOW_REDIS
 		Console       string `yaml:"console"` // the on-call console's listen address; empty: none
 	} `yaml:"master"`
 }
 
-// run parses args, starts the master and serves until ctx is done.
-func run(ctx context.Context, p daemon.Process, args []string) error {
-	d, f := daemon.New("master", p), &file{}
+func flags(d *daemon.Daemon, f *file) {
 	mc := &f.Master
 	d.FS.StringVar(&mc.Console, "console", "", "on-call web console listen address; empty: none")
 	d.FS.StringVar(&mc.Redis, "redis", "", "Redis URL: redis://host:port/db, or redis-cluster://h1:port,h2:port,... for a Redis Cluster (default $WILLOW_REDIS)")
 	d.FS.StringVar(&mc.OncallToken, "oncall-token", "", "on-call token (default $WILLOW_ONCALL_TOKEN)")
 	d.FS.StringVar(&mc.LevelsFile, "levels", "", "YAML file of flex level plans")
 	d.FS.StringVar(&mc.AutoFlexPolicy, "auto-flex-policy", "", "YAML file of the auto-flex policy (default: the shipped one, docs/flex.md)")
-	if err := d.Parse(args, f, &f.Node, nil); err != nil {
-		return err
-	}
-	defer d.Close()
-	d.Default(&mc.Redis, "WILLOW_REDIS")
+}
+
+// serve starts the master and serves until ctx is done.
+func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
+	mc := &f.Master
 	if err := d.Secret(&mc.OncallToken, "WILLOW_ONCALL_TOKEN", "on-call token"); err != nil {
 		return err
 	}
-	rdb, err := d.Redis(mc.Redis)
+	rdb, err := d.Redis(&mc.Redis)
 	if err != nil {
 		return err
 	}

@@ -1,18 +1,13 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
-	"willow/auth"
 	"willow/cmd/internal/daemontest"
 	"willow/internal/testenv"
-	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -24,13 +19,8 @@ func TestMainServesFromConfigFile(t *testing.T) {
 	if n.Config().ID != "master-7" {
 		t.Fatalf("node id %q, want master-7 from the config file", n.Config().ID)
 	}
-	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: daemontest.ClusterSecret, ID: "test-1", Role: "upload"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	conn := daemontest.Dial(t, n)
+	ctx := daemontest.Context(t, 5*time.Second)
 	if _, err := willowv1.NewMasterClient(conn).ListNodes(ctx, &willowv1.ListNodesRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -45,19 +35,11 @@ func TestMainServesFromConfigFile(t *testing.T) {
 }
 
 func TestMainRefuses(t *testing.T) {
-	for _, tc := range []struct {
-		env  daemontest.Env
-		args []string
-		want string
-	}{
-		{nil, nil, "need -redis"},
-		{daemontest.Env{"WILLOW_REDIS": "redis://127.0.0.1:1"}, []string{"-oncall-token", "CHANGE-ME"}, "placeholder"},
-		{nil, []string{"-redis", "redis://127.0.0.1:1", "-region", "a"}, "-region"}, // a master has no region
-	} {
-		if err := daemontest.Fail(t, run, tc.env, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.want)
-		}
-	}
+	daemontest.Refuses(t, run, nil, []daemontest.Refusal{
+		{Want: "need -redis"},
+		{Args: []string{"-redis", "redis://127.0.0.1:1", "-region", "a"}, Want: "-region"}, // a master has no region
+	})
+	daemontest.Refuses(t, run, daemontest.Env{"WILLOW_REDIS": "redis://127.0.0.1:1"}, []daemontest.Refusal{{Args: []string{"-oncall-token", "CHANGE-ME"}, Want: "placeholder"}})
 }
 
 // TestMainAutoFlexPolicy: -auto-flex-policy (master: auto_flex_policy in
@@ -79,13 +61,8 @@ func TestMainAutoFlexPolicy(t *testing.T) {
 		}
 	}
 	n, _ := daemontest.Start(t, run, nil, args(good)...)
-	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: daemontest.ClusterSecret, ID: "test-1", Role: "upload"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	conn := daemontest.Dial(t, n)
+	ctx := daemontest.Context(t, 5*time.Second)
 	st, err := willowv1.NewMasterClient(conn).GetFlexAuto(ctx, &willowv1.GetFlexAutoRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +82,5 @@ func TestMainBadRedisURL(t *testing.T) {
 }
 
 func TestConfigFile(t *testing.T) {
-	daemontest.RoundTrip(t, &file{}, append(daemontest.NodeUnset, "Master.Config.Operators")...)
-	daemontest.ConfigMap(t, "master", &file{})
+	daemontest.ConfigFile(t, "master", &file{}, "Master.Config.Operators")
 }

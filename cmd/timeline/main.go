@@ -17,27 +17,27 @@ import (
 	"willow/timeline"
 )
 
-func main() { daemon.Main("timeline", run) }
+// run is the timeline binary.
+var run = daemon.Service("timeline", flags, serve)
+
+func main() { daemon.Main(run) }
 
 type file struct {
-	Node     daemon.NodeSection `yaml:"node"`
-	Timeline struct {
+	daemon.Sections `yaml:",inline"`
+	Timeline        struct {
 		timeline.Config `yaml:",inline"`
 		Redis           string `yaml:"redis"` // default $WILLOW_REDIS
 	} `yaml:"timeline"`
 }
 
-// run parses args, starts the service and serves until ctx is done.
-func run(ctx context.Context, p daemon.Process, args []string) error {
-	d, f := daemon.New("timeline", p), &file{}
+func flags(d *daemon.Daemon, f *file) {
+	d.FS.StringVar(&f.Timeline.Redis, "redis", "", "Redis URL: redis://host:port/db, or redis-cluster://h1:port,h2:port,... for a Redis Cluster (default $WILLOW_REDIS)")
+}
+
+// serve starts the service and serves until ctx is done.
+func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 	tc := &f.Timeline
-	d.FS.StringVar(&tc.Redis, "redis", "", "Redis URL: redis://host:port/db, or redis-cluster://h1:port,h2:port,... for a Redis Cluster (default $WILLOW_REDIS)")
-	if err := d.Parse(args, f, &f.Node, nil); err != nil {
-		return err
-	}
-	defer d.Close()
-	d.Default(&tc.Redis, "WILLOW_REDIS")
-	rdb, err := d.Redis(tc.Redis)
+	rdb, err := d.Redis(&tc.Redis)
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,11 @@
 package main
 
 import (
-	"context"
-	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
-	"willow/auth"
 	"willow/cmd/internal/daemontest"
 	"willow/internal/testenv"
-	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -22,13 +16,8 @@ func TestRunFromConfigFile(t *testing.T) {
 	if n.Config().ID != "tl-9" || n.Config().Region != "b" {
 		t.Errorf("node config %+v", n.Config())
 	}
-	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: daemontest.ClusterSecret, ID: "test-1", Role: "upload"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	conn := daemontest.Dial(t, n)
+	ctx := daemontest.Context(t, 30*time.Second)
 	c := willowv1.NewTimelineClient(conn)
 	for i := range 7 {
 		if _, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "a", PostId: string(rune('0' + i))}); err != nil {
@@ -46,22 +35,13 @@ func TestRunFromConfigFile(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	env := daemontest.Env{"WILLOW_CLUSTER_SECRET": daemontest.ClusterSecret}
-	for _, tt := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-redis", "redis://127.0.0.1:1"}, "need -region"},
-		{[]string{"-region", "a"}, "need -redis"},
-		{[]string{"-region", "a", "extra"}, "unexpected argument"},
-	} {
-		if err := daemontest.Fail(t, run, env, tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%v: got %v, want %q", tt.args, err, tt.want)
-		}
-	}
+	daemontest.Refuses(t, run, daemontest.Env{"WILLOW_CLUSTER_SECRET": daemontest.ClusterSecret}, []daemontest.Refusal{
+		{Args: []string{"-redis", "redis://127.0.0.1:1"}, Want: "need -region"},
+		{Args: []string{"-region", "a"}, Want: "need -redis"},
+		{Args: []string{"-region", "a", "extra"}, Want: "unexpected argument"},
+	})
 }
 
 func TestConfigFile(t *testing.T) {
-	daemontest.RoundTrip(t, &file{}, daemontest.NodeUnset...)
-	daemontest.ConfigMap(t, "timeline", &file{})
+	daemontest.ConfigFile(t, "timeline", &file{})
 }

@@ -18,13 +18,15 @@ import (
 	"willow/upload"
 )
 
-func main() { daemon.Main("upload", run) }
+// run is the upload binary.
+var run = daemon.Service("upload", flags, serve)
+
+func main() { daemon.Main(run) }
 
 type file struct {
-	Node   daemon.NodeSection `yaml:"node"`
-	Store  daemon.StoreConfig `yaml:"store"`
-	Limits limits.Limits      `yaml:"limits"`
-	Upload struct {
+	daemon.StoreSections `yaml:",inline"`
+	Limits               limits.Limits `yaml:"limits"`
+	Upload               struct {
 		upload.Config `yaml:",inline"`
 		Secret        string            `yaml:"secret"`   // the upload-token secret; default $WILLOW_UPLOAD_SECRET
 		PoolDir       string            `yaml:"pool_dir"` // pool1/ and pool2/ under it; empty: no pools
@@ -33,9 +35,7 @@ type file struct {
 	} `yaml:"upload"`
 }
 
-// run parses args, starts the front and serves until ctx is done.
-func run(ctx context.Context, p daemon.Process, args []string) error {
-	d, f := daemon.New("upload", p), &file{}
+func flags(d *daemon.Daemon, f *file) {
 	u := &f.Upload
 	d.FS.StringVar(&u.Redis, "redis", "", "Redis URL for the compress journal: redis://host:port/db or redis-cluster://h1:port,h2:port,... (default $WILLOW_REDIS; none: journal in the staging dir)")
 	d.FS.StringVar(&u.Secret, "secret", "", "upload-token HMAC secret (default $WILLOW_UPLOAD_SECRET)")
@@ -45,11 +45,11 @@ func run(ctx context.Context, p daemon.Process, args []string) error {
 	d.FS.Func("cors-origins", "comma-separated origins browsers may upload from over HTTP (* for any)", func(v string) error { u.HTTP.CORSOrigins = strings.Split(v, ","); return nil })
 	d.FS.BoolVar(&u.RetireKeepPool1, "retire-keep-pool1", false, "on SIGTERM, keep pool 1 in place (its volume comes back) instead of draining it; pool 2 is always drained")
 	d.FS.DurationVar(&u.CommitWait, "commit-wait", 0, "how long Commit waits for the first compress attempt to list variants (default 5s, at most the compress timeout; negative: do not wait)")
-	if err := d.Parse(args, f, &f.Node, &f.Store); err != nil {
-		return err
-	}
-	defer d.Close()
-	d.Default(&u.Redis, "WILLOW_REDIS")
+}
+
+// serve starts the front and serves until ctx is done.
+func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
+	u := &f.Upload
 	if err := d.Secret(&u.Secret, "WILLOW_UPLOAD_SECRET", "upload secret"); err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func run(ctx context.Context, p daemon.Process, args []string) error {
 	if deps.Pool1, deps.Pool2, err = d.Pools(u.PoolDir); err != nil {
 		return err
 	}
-	if deps.Redis, err = d.OptionalRedis(u.Redis); err != nil {
+	if deps.Redis, err = d.OptionalRedis(&u.Redis); err != nil {
 		return err
 	}
 	u.Config.Secret, u.Limits, u.Logger = []byte(u.Secret), f.Limits, d.Log

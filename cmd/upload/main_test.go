@@ -4,14 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 
 	"willow/auth"
 	"willow/cmd/internal/daemontest"
-	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -28,11 +26,7 @@ func TestRunServesUpload(t *testing.T) {
 		t.Fatalf("id %q", n.Config().ID)
 	}
 	// Buffer status is an operator's call: a named identity with role read.
-	conn, err := node.Dial(n.Addr(), nil, grpc.WithPerRPCCredentials(auth.Bearer("op-token")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := daemontest.Dial(t, n, grpc.WithPerRPCCredentials(auth.Bearer("op-token")))
 	st, err := willowv1.NewUploadClient(conn).BufferStatus(context.Background(), &willowv1.BufferStatusRequest{})
 	if err != nil || len(st.GetPools()) != 2 || st.GetPools()[0].GetMode() != "auto" {
 		t.Fatalf("BufferStatus = %v, %v", st, err)
@@ -45,23 +39,15 @@ func TestRunRefuses(t *testing.T) {
 	dir := t.TempDir()
 	store, staging := filepath.Join(dir, "store"), filepath.Join(dir, "staging")
 	env := daemontest.Env{"WILLOW_CLUSTER_SECRET": daemontest.ClusterSecret}
-	for _, tt := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-region", "a", "-staging", staging, "-store", store}, "Secret"},
-		{[]string{"-region", "a", "-secret", "s", "-store", store}, "StagingDir"},
-		{[]string{"-secret", "s", "-staging", staging, "-store", store}, "-region"},
-		{[]string{"-region", "a", "-secret", "s", "-staging", staging}, "-store"},
-		{[]string{"-region", "a", "-secret", "CHANGE-ME", "-staging", staging, "-store", store}, "placeholder"},
-	} {
-		if err := daemontest.Fail(t, run, env, tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("run(%v) = %v, want an error naming %s", tt.args, err, tt.want)
-		}
-	}
+	daemontest.Refuses(t, run, env, []daemontest.Refusal{
+		{Args: []string{"-region", "a", "-staging", staging, "-store", store}, Want: "Secret"},
+		{Args: []string{"-region", "a", "-secret", "s", "-store", store}, Want: "StagingDir"},
+		{Args: []string{"-secret", "s", "-staging", staging, "-store", store}, Want: "-region"},
+		{Args: []string{"-region", "a", "-secret", "s", "-staging", staging}, Want: "-store"},
+		{Args: []string{"-region", "a", "-secret", "CHANGE-ME", "-staging", staging, "-store", store}, Want: "placeholder"},
+	})
 }
 
 func TestConfigFile(t *testing.T) {
-	daemontest.RoundTrip(t, &file{}, append(daemontest.NodeUnset, "Upload.Config.Secret", "Upload.Config.Limits", "Upload.Config.Logger")...)
-	daemontest.ConfigMap(t, "upload", &file{})
+	daemontest.ConfigFile(t, "upload", &file{}, "Upload.Config.Secret", "Upload.Config.Limits", "Upload.Config.Logger")
 }

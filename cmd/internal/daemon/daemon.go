@@ -1,6 +1,10 @@
 // Package daemon is what Willow's service mains share, so that each main
 // only names its service's own section and flags:
 //
+//   - the binary (Service, Main): a main declares its role, its config
+//     file type (embedding Sections or StoreSections), the flags bound into
+//     it and how it builds and serves the service; Service makes the
+//     Daemon, parses, and closes what it opened;
 //   - the config file: -config FILE is decoded strictly (an unknown key is
 //     an error) straight into the main's file type, whose sections are the
 //     services' own Config types (their yaml tags); the flags given on the
@@ -30,8 +34,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"go.yaml.in/yaml/v3"
 
@@ -55,8 +57,9 @@ type Process struct {
 
 // Daemon is one service process being set up: its flags, its logger and,
 // once started, its node, store and Router, and what to close when it
-// ends. Create with New, register the service's own flags on FS, Parse,
-// Start, build the service, then Serve.
+// ends. Service creates it (New), registers the service's own flags on FS
+// and Parses; the service's serve then Starts, builds the service and
+// Serves.
 type Daemon struct {
 	// FS is the flag set; the service registers its own flags on it,
 	// bound to its section of the file type, before Parse.
@@ -231,17 +234,4 @@ func Serve(ctx context.Context, n *node.Node, ready func(), loops ...func(contex
 		cancel()
 	}
 	return errors.Join(errs...)
-}
-
-// Main runs run in this process (its stderr and environment) with a
-// context cancelled on SIGINT or SIGTERM and exits: 0 on success or -h, 1
-// with "name: error" on stderr otherwise.
-func Main(name string, run func(ctx context.Context, p Process, args []string) error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, Process{Stderr: os.Stderr, Getenv: os.Getenv}, os.Args[1:])
-	stop()
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, name+":", err)
-		os.Exit(1)
-	}
 }

@@ -133,23 +133,26 @@ func (d *Daemon) Start() error {
 	return nil
 }
 
-// Redis opens the Redis the URL names (redisconn.Open), closed with the
-// daemon. An empty URL is an error naming -redis, ROLE.redis and
-// $WILLOW_REDIS, the places it comes from.
-func (d *Daemon) Redis(url string) (redis.UniversalClient, error) {
-	if url == "" {
+// Redis opens the Redis *url names (redisconn.Open), closed with the
+// daemon; an empty *url is first set from $WILLOW_REDIS. No URL is an
+// error naming -redis, ROLE.redis and $WILLOW_REDIS, the places it comes
+// from.
+func (d *Daemon) Redis(url *string) (redis.UniversalClient, error) {
+	d.Default(url, "WILLOW_REDIS")
+	if *url == "" {
 		return nil, fmt.Errorf("need -redis URL (or %s.redis in the config, or $WILLOW_REDIS)", d.role)
 	}
 	return d.OptionalRedis(url)
 }
 
-// OptionalRedis is Redis for a service that runs without one: an empty
-// URL gives no client (nil) and no error.
-func (d *Daemon) OptionalRedis(url string) (redis.UniversalClient, error) {
-	if url == "" {
+// OptionalRedis is Redis for a service that runs without one: no URL
+// (nor $WILLOW_REDIS) gives no client (nil) and no error.
+func (d *Daemon) OptionalRedis(url *string) (redis.UniversalClient, error) {
+	d.Default(url, "WILLOW_REDIS")
+	if *url == "" {
 		return nil, nil
 	}
-	rdb, err := redisconn.Open(url)
+	rdb, err := redisconn.Open(*url)
 	if err != nil {
 		return nil, err
 	}

@@ -18,14 +18,16 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"willow/auth"
 	"willow/cmd/internal/daemon"
 	"willow/node"
 )
 
-// Run is a service main's run function.
-type Run func(ctx context.Context, p daemon.Process, args []string) error
+// Run is a service main's binary (daemon.Service).
+type Run = daemon.Binary
 
 // ClusterSecret is the cluster secret Start gives every main.
 const ClusterSecret = "test-cluster-secret"
@@ -60,7 +62,7 @@ func Fail(t *testing.T, run Run, env Env, args ...string) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	err := run(ctx, daemon.Process{Stderr: &syncBuffer{}, Getenv: env.getenv, Ready: func(*node.Node, map[string]string) {
+	err := run.Run(ctx, daemon.Process{Stderr: &syncBuffer{}, Getenv: env.getenv, Ready: func(*node.Node, map[string]string) {
 		t.Errorf("%v: serves", args)
 		cancel()
 	}}, args)
@@ -86,7 +88,7 @@ func Start(t *testing.T, run Run, env Env, args ...string) (*node.Node, map[stri
 	stderr := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, daemon.Process{Stderr: stderr, Getenv: e.getenv, Ready: func(n *node.Node, h map[string]string) { ready <- served{n, h} }}, args)
+		done <- run.Run(ctx, daemon.Process{Stderr: stderr, Getenv: e.getenv, Ready: func(n *node.Node, h map[string]string) { ready <- served{n, h} }}, args)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -251,3 +253,66 @@ func ConfigMap(t *testing.T, role string, file any) {
 var NodeUnset = []string{"Node.Config.Role", "Node.Config.HTTPAddr", "Node.Config.AdvertiseHost", "Node.Config.Logger",
 	"Node.Config.Unary", "Node.Config.Stream", "Node.Config.TLS", "Node.Config.ClientTLS", "Node.Config.Auth",
 	"Node.Config.Shed", "Node.Config.Gauges", "Node.Config.QueueMs", "Node.Config.Now", "Node.Config.SharedProcess"}
+
+// Dial connects to n's gRPC address as a node (cluster secret
+// ClusterSecret, role upload), or with creds when given (an operator's
+// auth.Bearer); the connection is closed when the test ends.
+func Dial(t *testing.T, n *node.Node, creds ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	if len(creds) == 0 {
+		creds = []grpc.DialOption{grpc.WithPerRPCCredentials(auth.NodeCredentials{Secret: ClusterSecret, ID: "test-1", Role: "upload"})}
+	}
+	conn, err := node.Dial(n.Addr(), nil, creds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// Context is a context for the test's calls, cancelled after d or when the
+// test ends.
+func Context(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Refusal is arguments a main refuses and the text its error must hold.
+type Refusal struct {
+	Args []string
+	Want string
+}
+
+// Refuses checks that run refuses each case's arguments in env before it
+// serves, with an error holding Want.
+func Refuses(t *testing.T, run Run, env Env, cases []Refusal) {
+	t.Helper()
+	for _, c := range cases {
+		if err := Fail(t, run, env, c.Args...); err == nil || !strings.Contains(err.Error(), c.Want) {
+			t.Errorf("%v: %v, want an error naming %q", c.Args, err, c.Want)
+		}
+	}
+}
+
+// ConfigFile checks the role's config file type (file, a pointer to its
+// zero value, embedding daemon.Sections or daemon.StoreSections): RoundTrip
+// with the node: section's NodeUnset and the service's own unset fields,
+// and ConfigMap.
+func ConfigFile(t *testing.T, role string, file any, unset ...string) {
+	t.Helper()
+	typ := reflect.TypeOf(file).Elem()
+	prefix := ""
+	for i := range typ.NumField() {
+		if sf := typ.Field(i); sf.Anonymous {
+			if _, ok := sf.Type.FieldByName("Node"); ok {
+				prefix = sf.Name + "."
+			}
+		}
+	}
+	for _, u := range NodeUnset {
+		unset = append(unset, prefix+u)
+	}
+	RoundTrip(t, file, unset...)
+	ConfigMap(t, role, file)
+}
