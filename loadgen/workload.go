@@ -21,6 +21,7 @@ import (
 	"willow/client"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
+	"willow/shedding"
 )
 
 // The workload model: what the profile asks for, when, and how each
@@ -246,12 +247,12 @@ func classify(run context.Context, err error) (outcome, string) {
 	switch status.Code(err) {
 	case codes.ResourceExhausted:
 		if reason == "" {
-			reason = "overload"
+			reason = shedding.ReasonOverload
 		}
 		return rejected, reason
 	case codes.NotFound:
 		if reason == "" {
-			reason = "not_found"
+			reason = rpcstatus.ReasonNotFound
 		}
 		return notReady, reason
 	}
