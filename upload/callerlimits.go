@@ -146,7 +146,7 @@ type chunkStream struct {
 }
 
 type chunkResult struct {
-	c   *willowv1.Chunk
+	c   *chunkMsg
 	err error
 }
 
@@ -182,8 +182,9 @@ func (s *Server) limitChunks(stream willowv1.Upload_ChunksServer) (cs *chunkStre
 // Recv receives the next chunk, or fails with DEADLINE_EXCEEDED
 // idle_timeout when none comes within the idle timeout. A stream given up
 // on is ended by the handler's return, which also ends the receive left
-// waiting.
-func (cs *chunkStream) Recv() (*willowv1.Chunk, error) {
+// waiting. The chunk's Data may alias gRPC's receive buffer (codec.go):
+// release the chunk once its data is written.
+func (cs *chunkStream) Recv() (*chunkMsg, error) {
 	if cs.recvd == nil {
 		cs.recvd = make(chan chunkResult, chunkReadAhead)
 		go cs.readAhead()
@@ -202,6 +203,7 @@ func (cs *chunkStream) Recv() (*willowv1.Chunk, error) {
 		return nil, r.err
 	}
 	if err := checkIDs(r.c.GetUploadId(), r.c.GetUser()); err != nil {
+		r.c.release()
 		return nil, err
 	}
 	user := r.c.GetUser()
@@ -211,6 +213,7 @@ func (cs *chunkStream) Recv() (*willowv1.Chunk, error) {
 	if user != "" && !cs.users[user] {
 		rel, err := cs.s.hold.acquireStream("u:"+user, cs.s.cfg.MaxStreamsPerUser, "user "+user)
 		if err != nil {
+			r.c.release()
 			return nil, err
 		}
 		cs.users[user] = true
@@ -223,10 +226,16 @@ func (cs *chunkStream) Recv() (*willowv1.Chunk, error) {
 // error (io.EOF included) or until the handler is done.
 func (cs *chunkStream) readAhead() {
 	for {
-		c, err := cs.Upload_ChunksServer.Recv()
+		c := new(chunkMsg)
+		err := cs.Upload_ChunksServer.RecvMsg(c)
+		if err != nil {
+			c.release()
+			c = nil
+		}
 		select {
 		case cs.recvd <- chunkResult{c, err}:
 		case <-cs.stop:
+			c.release()
 			return
 		}
 		if err != nil {

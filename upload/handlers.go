@@ -153,7 +153,9 @@ func (s *Server) Chunks(raw willowv1.Upload_ChunksServer) error {
 		}
 		// writeSession rejects a pixel bomb as soon as its header is in,
 		// not after the whole file.
-		if err := s.writeSession(cur, c.GetOffset(), c.GetData()); err != nil {
+		err = s.writeSession(cur, c.GetOffset(), c.GetData())
+		c.release() // the data is written and hashed: its buffer may be reused
+		if err != nil {
 			_, _ = syncAll()
 			return err
 		}
