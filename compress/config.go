@@ -35,6 +35,9 @@ const (
 	// DefaultHEICPreset is the x265 preset libheif encodes with; chosen by
 	// BenchmarkHEICPreset (docs/compress.md).
 	DefaultHEICPreset = "fast"
+	// DefaultHEICTune is the x265 tune: ssim (also libheif's own default),
+	// the fair one when the quality is chosen by SSIM (BenchmarkHEICvsJPEG).
+	DefaultHEICTune = "ssim"
 	// DefaultX264Preset is the libx264 preset of video transcodes.
 	DefaultX264Preset = "veryfast"
 	// MaxVideoLongEdge is the long edge of the video variant.

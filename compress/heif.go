@@ -52,9 +52,9 @@ func heifErr(op string, e C.struct_heif_error) error {
 }
 
 // encodeHEIC encodes an opaque image as HEIC (HEVC via libheif's x265
-// plugin) at quality 0..100 with the given x265 preset. No metadata is
-// written.
-func encodeHEIC(img *image.NRGBA, quality int, preset string) ([]byte, error) {
+// plugin) at quality 0..100 with the given x265 preset and tune. No
+// metadata is written.
+func encodeHEIC(img *image.NRGBA, quality int, preset, tune string) ([]byte, error) {
 	w, h := img.Rect.Dx(), img.Rect.Dy()
 	ctx := C.heif_context_alloc()
 	if ctx == nil {
@@ -70,9 +70,12 @@ func encodeHEIC(img *image.NRGBA, quality int, preset string) ([]byte, error) {
 	if err := heifErr("set quality", C.heif_encoder_set_lossy_quality(enc, C.int(quality))); err != nil {
 		return nil, err
 	}
-	if preset != "" {
-		cn, cv := C.CString("preset"), C.CString(preset)
-		err := heifErr("set preset", C.heif_encoder_set_parameter_string(enc, cn, cv))
+	for _, p := range [...][2]string{{"preset", preset}, {"tune", tune}} {
+		if p[1] == "" {
+			continue
+		}
+		cn, cv := C.CString(p[0]), C.CString(p[1])
+		err := heifErr("set "+p[0], C.heif_encoder_set_parameter_string(enc, cn, cv))
 		C.free(unsafe.Pointer(cn))
 		C.free(unsafe.Pointer(cv))
 		if err != nil {

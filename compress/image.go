@@ -49,6 +49,9 @@ type ImageOptions struct {
 	MaxPixels int64
 	// HEICPreset is the x265 preset; default DefaultHEICPreset.
 	HEICPreset string
+	// HEICTune is the x265 tune (ssim, psnr, grain, fastdecode); default
+	// DefaultHEICTune.
+	HEICTune string
 }
 
 // Output is one encoded variant.
@@ -94,6 +97,9 @@ func (o ImageOptions) withDefaults() ImageOptions {
 	}
 	if o.HEICPreset == "" {
 		o.HEICPreset = DefaultHEICPreset
+	}
+	if o.HEICTune == "" {
+		o.HEICTune = DefaultHEICTune
 	}
 	return o
 }
@@ -259,7 +265,7 @@ func Encode(img *image.NRGBA, name string, opt ImageOptions) (Output, error) {
 		}
 		return newOutput(name, string(flex.CodecJPEG), opt.Quality, w, h, "image/jpeg", b), nil
 	case flex.CodecHEIC:
-		b, err := encodeHEIC(img, opt.Quality, opt.HEICPreset)
+		b, err := encodeHEIC(img, opt.Quality, opt.HEICPreset, opt.HEICTune)
 		if err != nil {
 			return Output{}, fmt.Errorf("encode heic: %w", err)
 		}
