@@ -116,15 +116,16 @@ func runLoad(b *testing.B, urls []string, size, concurrency int, d time.Duration
 }
 
 // startNginx serves root on a free loopback port with a generated config
-// (daemon off) until the benchmark ends.
-func startNginx(b *testing.B, root string) string {
+// (daemon off) until the benchmark ends. cpu reads the CPU time nginx's
+// master and worker processes have used so far.
+func startNginx(b *testing.B, root string) (addr string, cpu func() time.Duration) {
 	b.Helper()
 	bin := "/usr/sbin/nginx"
 	if _, err := os.Stat(bin); err != nil {
 		bin = testenv.LookPath(b, "nginx")
 	}
 	dir := b.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
+	addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
 	conf := fmt.Sprintf(`daemon off;
 user root;
 worker_processes 2;
@@ -166,7 +167,40 @@ http {
 	if err := testenv.WaitTCP(addr, 5*time.Second); err != nil {
 		b.Fatalf("nginx: %v", err)
 	}
-	return addr
+	pid := cmd.Process.Pid
+	return addr, func() time.Duration {
+		pids := []string{strconv.Itoa(pid)}
+		if c, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+			pids = append(pids, strings.Fields(string(c))...)
+		}
+		var t time.Duration
+		for _, p := range pids {
+			t += procCPU(b, p)
+		}
+		return t
+	}
+}
+
+// procCPU is a process's user+system CPU time from /proc/PID/stat.
+func procCPU(b *testing.B, pid string) time.Duration {
+	st, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name (which is in parentheses): utime and
+	// stime are the 12th and 13th, in clock ticks (100 Hz on Linux).
+	f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stt, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+stt) * 10 * time.Millisecond
+}
+
+// selfCPU is this process's user+system CPU time (the edge under test;
+// the load client is a child process and not counted).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkHTTPvsNginx measures cached-hit HTTP throughput of the edge
@@ -207,7 +241,7 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 		}
 	}
 	e := startEdge(b, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
-	ngx := startNginx(b, root)
+	ngx, ngxCPU := startNginx(b, root)
 	urls := func(base string) []string {
 		var us []string
 		for _, p := range paths {
@@ -236,23 +270,31 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 	b.ResetTimer()
 	for range b.N {
 		var edgeN, ngxN int64
-		var edgeT, ngxT time.Duration
+		var edgeT, ngxT, edgeC, ngxC time.Duration
 		for r := range int(duration / slice) {
 			for k := range 2 {
 				if (r+k)%2 == 0 {
+					c0 := selfCPU()
 					n, d := runLoad(b, edgeURLs, size, concurrency, slice)
-					edgeN, edgeT = edgeN+n, edgeT+d
+					edgeN, edgeT, edgeC = edgeN+n, edgeT+d, edgeC+selfCPU()-c0
 				} else {
+					c0 := ngxCPU()
 					n, d := runLoad(b, ngxURLs, size, concurrency, slice)
-					ngxN, ngxT = ngxN+n, ngxT+d
+					ngxN, ngxT, ngxC = ngxN+n, ngxT+d, ngxC+ngxCPU()-c0
 				}
 			}
 		}
 		edge, nginx := float64(edgeN)/edgeT.Seconds(), float64(ngxN)/ngxT.Seconds()
+		// Server CPU per request: steadier than req/s on a loaded machine,
+		// where the load client and other processes take the cores.
+		edgeCPU, ngxCPUReq := edgeC.Seconds()*1e6/float64(edgeN), ngxC.Seconds()*1e6/float64(ngxN)
 		b.ReportMetric(edge, "edge-req/s")
 		b.ReportMetric(nginx, "nginx-req/s")
 		b.ReportMetric(100*edge/nginx, "edge/nginx-%")
-		b.Logf("edge cache %.0f req/s, nginx %.0f req/s: %.0f%%", edge, nginx, 100*edge/nginx)
+		b.ReportMetric(edgeCPU, "edge-cpu-us/req")
+		b.ReportMetric(ngxCPUReq, "nginx-cpu-us/req")
+		b.ReportMetric(100*ngxCPUReq/edgeCPU, "nginx/edge-%cpu")
+		b.Logf("edge cache %.0f req/s, nginx %.0f req/s: %.0f%%; CPU per request edge %.0f us, nginx %.0f us", edge, nginx, 100*edge/nginx, edgeCPU, ngxCPUReq)
 	}
 	if n := st.gets.Load(); n != int64(objects) {
 		b.Fatalf("%d origin reads, want %d: the run was not all hits", n, objects)
