@@ -20,7 +20,11 @@
 //
 // One master at a time (the holder of a Redis lease, LeaseTTL; another
 // takes over when it lapses) probes nodes with gRPC health checks every
-// ProbeInterval and judges them:
+// ProbeInterval and judges them. A round checks every probing node and at
+// most ProbeBudget (default 500) healthy ones: a larger fleet's healthy
+// nodes take turns, so each is checked every ceil(healthy/ProbeBudget)
+// rounds and a node that heartbeats but fails its probes leaves that many
+// times later (30 s at 5000 healthy nodes).
 //
 //   - A node without a heartbeat for MissedAfter (default 3 s) is out of
 //     Route at once, whatever the judgement, and is then marked ejected

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -69,11 +70,29 @@ func fleetMaster(redisURL string) int {
 	}
 	ctx := context.Background()
 	go s.Run(ctx)
-	if p := os.Getenv("WILLOW_FLEET_CPUPROFILE"); p != "" { // 20 s of the master's CPU profile
-		f, err := os.Create(p)
-		if err == nil && pprof.StartCPUProfile(f) == nil {
-			time.AfterFunc(20*time.Second, func() { pprof.StopCPUProfile(); f.Close() })
-		}
+	if p := os.Getenv("WILLOW_FLEET_CPUPROFILE"); p != "" {
+		// The master's CPU profile over the measured part of the run: the
+		// benchmark sends SIGUSR1 when it starts measuring, SIGUSR2 when
+		// it stops.
+		sig := make(chan os.Signal, 2)
+		signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
+		go func() {
+			var f *os.File
+			for s := range sig {
+				switch {
+				case s == syscall.SIGUSR1 && f == nil:
+					if f, err = os.Create(p + ".tmp"); err == nil && pprof.StartCPUProfile(f) != nil {
+						f.Close()
+						f = nil
+					}
+				case s == syscall.SIGUSR2 && f != nil:
+					pprof.StopCPUProfile()
+					f.Close()
+					f = nil
+					_ = os.Rename(p+".tmp", p) // complete: the benchmark waits for it
+				}
+			}
+		}()
 	}
 	fmt.Println("ADDR", n.Addr())
 	if err := n.Run(ctx); err != nil {
@@ -116,6 +135,18 @@ func procStat(pid int) (cpu time.Duration, rss int64, err error) {
 	return cpu, rss, nil
 }
 
+// loadAvg is the box's 1-minute load average (the benchmark reports it:
+// the box may be shared).
+func loadAvg() float64 {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
 // simNode is one simulated node: it registered, heartbeats at 1 Hz with
 // load figures, and holds a Watch stream.
 type simNode struct {
@@ -141,13 +172,18 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // every second with load figures and holds a Watch stream, with its own
 // node credential — and reports the master's CPU per heartbeat and RSS,
 // Route latency, and how long a flex change takes to reach every watcher.
-// One iteration is one flex change (and 20 Route calls); run it with
-// -benchtime 5x (make bench-fleet).
+// One iteration is one flex change (and 20 Route calls), at least
+// fleetChanges of them: run it with -benchtime 1x (make bench-fleet), as
+// the testing package runs a benchmark once with b.N = 1 before any
+// larger b.N, and every run starts a fleet of its own.
 func BenchmarkFleet(b *testing.B) {
 	for _, n := range []int{100, 1000, 5000} {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) { benchFleet(b, n) })
 	}
 }
+
+// fleetChanges is the least number of flex changes one run measures.
+const fleetChanges = 5
 
 func benchFleet(b *testing.B, n int) {
 	rd := testenv.StartRedis(b)
@@ -239,6 +275,9 @@ func benchFleet(b *testing.B, n int) {
 	// Heartbeats: each node every second, from a random phase, with
 	// load figures that move.
 	var hbOK, hbErr atomic.Int64
+	var measuring atomic.Bool
+	var hbMu sync.Mutex
+	var hbLat []time.Duration // heartbeat latency while measuring
 	var lastHbErr atomic.Value
 	for i, sn := range nodes {
 		go func() {
@@ -256,8 +295,15 @@ func benchFleet(b *testing.B, n int) {
 					Requests: req, Errors: req / 500, SuccessRate: 0.998, RssBytes: 200<<20 + r.Int64N(100<<20),
 					NetBytesIn: r.Int64N(1 << 40), NetBytesOut: r.Int64N(1 << 40), Gauges: map[string]float64{"pool1_bytes": float64(r.IntN(1 << 30))}}
 				hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
+				hs := time.Now()
 				resp, err := sn.mc.Heartbeat(hctx, &willowv1.HeartbeatRequest{Node: sn.info, Load: load}, sn.creds)
 				hcancel()
+				if measuring.Load() {
+					d := time.Since(hs)
+					hbMu.Lock()
+					hbLat = append(hbLat, d)
+					hbMu.Unlock()
+				}
 				switch {
 				case ctx.Err() != nil:
 					return
@@ -320,11 +366,31 @@ func benchFleet(b *testing.B, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	sim0, _, err := procStat(os.Getpid()) // the simulated fleet's own CPU (this process)
+	if err != nil {
+		b.Fatal(err)
+	}
+	load0 := loadAvg()
 	hb0, hbErr0, t0 := hbOK.Load(), hbErr.Load(), time.Now()
+	measuring.Store(true)
 	var prop, worst, route []time.Duration
-	missed := 0
+	missed, routeFailed := 0, 0
+	profile := os.Getenv("WILLOW_FLEET_CPUPROFILE") // the master's CPU profile of the measured part
+	stopProfile := func() {
+		_ = cmd.Process.Signal(syscall.SIGUSR2)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(profile); err == nil {
+				return
+			}
+		}
+	}
+	if profile != "" {
+		_ = os.Remove(profile)
+		_ = cmd.Process.Signal(syscall.SIGUSR1)
+		b.Cleanup(stopProfile) // before the master is killed, also when the run fails
+	}
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for i := 0; i < max(b.N, fleetChanges); i++ {
 		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 		start := time.Now()
 		resp, err := mc.SetFlex(sctx, &willowv1.SetFlexRequest{Token: fleetOncall, Reason: "fleet benchmark",
@@ -365,14 +431,22 @@ func benchFleet(b *testing.B, n int) {
 			_, err := sn.mc.Route(rctx, &willowv1.RouteRequest{Role: roles[j%len(roles)], Region: regions[j%len(regions)]}, sn.creds)
 			route = append(route, time.Since(rs))
 			rcancel()
-			if err != nil {
-				b.Fatalf("Route: %v", err)
+			if err != nil { // counted (route-failed) and logged: the run goes on to show the rest
+				routeFailed++
+				b.Logf("Route %s/%s: %v after %v", roles[j%len(roles)], regions[j%len(regions)], err, time.Since(rs))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	b.StopTimer()
+	if profile != "" {
+		stopProfile()
+	}
 	cpu1, rss, err := procStat(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sim1, _, err := procStat(os.Getpid())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -387,14 +461,20 @@ func benchFleet(b *testing.B, n int) {
 	b.ReportMetric(ms(pct(prop, 0.5)), "propagation-p50-ms")
 	b.ReportMetric(ms(pct(prop, 0.99)), "propagation-p99-ms")
 	b.ReportMetric(ms(pct(worst, 1)), "propagation-max-ms")
+	hbMu.Lock()
+	b.ReportMetric(ms(pct(hbLat, 0.99)), "heartbeat-p99-ms")
+	hbMu.Unlock()
 	b.ReportMetric(ms(pct(route, 0.5)), "route-p50-ms")
 	b.ReportMetric(ms(pct(route, 0.99)), "route-p99-ms")
 	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(hbs), "cpu-per-heartbeat-us")
 	b.ReportMetric(float64(cpu1-cpu0)/float64(elapsed), "master-cores")
+	b.ReportMetric(float64(sim1-sim0)/float64(elapsed), "fleet-sim-cores")
+	b.ReportMetric((load0+loadAvg())/2, "box-load-avg")
 	b.ReportMetric(float64(hbs)/elapsed.Seconds(), "heartbeats/s")
 	b.ReportMetric(float64(rss)/(1<<20), "rss-mib")
 	b.ReportMetric(float64(hbErr.Load()-hbErr0)/elapsed.Seconds(), "heartbeats-failed/s")
 	b.ReportMetric(float64(missed), "watchers-missed")
+	b.ReportMetric(float64(routeFailed), "route-failed")
 	b.ReportMetric(0, "ns/op")
 	cancel()
 }

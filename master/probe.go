@@ -97,7 +97,7 @@ return 0`)
 
 // lease takes or renews the leader lease.
 func (s *Server) lease(ctx context.Context) (bool, error) {
-	n, err := leaseScript.Run(ctx, s.rdb, []string{s.key("leader")}, s.cfg.ID, s.cfg.LeaseTTL.Milliseconds()).Int()
+	n, err := leaseScript.Run(ctx, s.ctl, []string{s.key("leader")}, s.cfg.ID, s.cfg.LeaseTTL.Milliseconds()).Int()
 	return n == 1, err
 }
 
@@ -123,7 +123,7 @@ func (s *Server) runLeader(ctx context.Context) {
 		case <-ctx.Done():
 			if s.isLeader() {
 				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = releaseScript.Run(rctx, s.rdb, []string{s.key("leader")}, s.cfg.ID).Err()
+				_ = releaseScript.Run(rctx, s.ctl, []string{s.key("leader")}, s.cfg.ID).Err()
 				cancel()
 			}
 			return
@@ -193,14 +193,16 @@ func (s *Server) judgeOnce(ctx context.Context) error {
 	return s.cleanDrills(ctx, now)
 }
 
-// probeAll health-checks, concurrently, every live node that is healthy,
-// probing or out of its protection window.
+// probeAll health-checks, concurrently, every live node that is probing
+// or out of its protection window, and the healthy ones whose turn it is
+// (ProbeBudget of them a round, taking turns in ID order).
 func (s *Server) probeAll(ctx context.Context, es []*entry, now time.Time) map[string]error {
 	out := map[string]error{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
 	keep := map[string]bool{}
+	var healthy, others []*entry
 	for _, e := range es {
 		if !e.alive(now, s.cfg.MissedAfter) {
 			continue
@@ -208,8 +210,25 @@ func (s *Server) probeAll(ctx context.Context, es []*entry, now time.Time) map[s
 		if e.h.State == StateEjected && now.UnixMilli() < e.h.ProtectUntilMs {
 			continue
 		}
+		keep[e.info.GetAddr()] = true
+		if e.h.State == "" || e.h.State == StateHealthy {
+			healthy = append(healthy, e)
+		} else {
+			others = append(others, e)
+		}
+	}
+	if len(healthy) > s.cfg.ProbeBudget {
+		sort.Slice(healthy, func(i, j int) bool { return healthy[i].info.GetId() < healthy[j].info.GetId() })
+		from := s.probeAt % len(healthy)
+		turn := make([]*entry, 0, s.cfg.ProbeBudget)
+		for i := range s.cfg.ProbeBudget {
+			turn = append(turn, healthy[(from+i)%len(healthy)])
+		}
+		s.probeAt = from + s.cfg.ProbeBudget
+		healthy = turn
+	}
+	for _, e := range append(others, healthy...) {
 		addr := e.info.GetAddr()
-		keep[addr] = true
 		wg.Add(1)
 		sem <- struct{}{}
 		go func(id string) {

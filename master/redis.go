@@ -37,3 +37,32 @@ var (
 	_ Redis = (*redis.Client)(nil)
 	_ Redis = (*redis.ClusterClient)(nil)
 )
+
+// controlClient returns a client of its own for the master's control
+// plane (the flex document, its audit log and the leader lease), with
+// rdb's options but another connection pool, so a flex write or a lease
+// renewal never queues behind the registry's traffic for a connection
+// (at N = 1000 nodes a flex write timed out so; BenchmarkFleet). close
+// closes it; for a Redis it cannot copy, rdb itself comes back and close
+// does nothing.
+func controlClient(rdb Redis) (ctl Redis, close func()) {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		o.PoolSize = controlPoolSize
+		o.PushNotificationProcessor = nil // the original's: a client registers its own handlers
+		n := redis.NewClient(&o)
+		return n, func() { _ = n.Close() }
+	case *redis.ClusterClient:
+		o := *c.Options()
+		o.PoolSize = controlPoolSize
+		o.PushNotificationProcessor = nil
+		n := redis.NewClusterClient(&o)
+		return n, func() { _ = n.Close() }
+	}
+	return rdb, func() {}
+}
+
+// controlPoolSize is the control client's pool: a few flex changes, the
+// lease and one pub/sub connection at a time.
+const controlPoolSize = 4

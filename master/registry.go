@@ -34,7 +34,8 @@ type sample struct {
 	Err int64 `json:"err"`
 }
 
-// record is a node's registry entry in Redis (key node:ID, with TTL).
+// record is a node's registry entry in Redis (key node:ID, with TTL), in
+// the binary form of record.go.
 type record struct {
 	Info    []byte   `json:"info"` // proto NodeInfo
 	Load    []byte   `json:"load"` // proto Load of the last heartbeat
@@ -154,7 +155,7 @@ func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now 
 	if err != nil {
 		return nil, fmt.Errorf("master: encode load: %w", err)
 	}
-	return json.Marshal(record{Info: ib, Load: lb, LastMs: nowMs, Samples: w})
+	return appendRecord(make([]byte, 0, 16+len(ib)+len(lb)+12*len(w)), record{Info: ib, Load: lb, LastMs: nowMs, Samples: w}), nil
 }
 
 // Register records a node in the shared registry. A node that comes back
@@ -216,11 +217,9 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	// One round trip: renew the binding, refresh the entry, keep the index
-	// (four sequential commands cost the master a quarter of its CPU in
-	// syscalls at N=1000 nodes; BenchmarkFleet).
-	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.bindKey(info.GetId()), s.nodeKey(info.GetId()), s.key("nodes")},
-		fp, s.cfg.MissedAfter.Milliseconds(), b, s.cfg.EntryTTL.Milliseconds(), info.GetId()).Text()
+	// Group commit: one script call for the heartbeats that arrive
+	// together (hbbatch.go).
+	res, err := s.hbb.do(ctx, &hbCall{id: info.GetId(), fp: fp, rec: b}, s.writeHeartbeats)
 	switch {
 	case err != nil:
 		// Redis is away: this master still counts the heartbeat (Route
@@ -240,22 +239,6 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	resp.Drills = s.drillsFor(info.GetId(), info.GetAddr(), now)
 	return resp, nil
 }
-
-// heartbeatScript renews a node's binding (KEYS[1], when ARGV[1] names a
-// credential), refreshes its entry (KEYS[2]) only if it exists, and keeps
-// the node in the index (KEYS[3]). It answers "ok", "gone" (the entry
-// expired: register again), "unbound" (the binding lapsed) or "taken"
-// (another live credential holds the ID). The keys share one hash tag.
-var heartbeatScript = redis.NewScript(`
-if ARGV[1] ~= '' then
-  local cur = redis.call('get', KEYS[1])
-  if not cur then return 'unbound' end
-  if cur ~= ARGV[1] then return 'taken' end
-  redis.call('pexpire', KEYS[1], ARGV[2])
-end
-if not redis.call('set', KEYS[2], ARGV[3], 'XX', 'PX', ARGV[4]) then return 'gone' end
-redis.call('sadd', KEYS[3], ARGV[5])
-return 'ok'`)
 
 // loadView reads the whole registry from Redis. Entries whose record
 // expired are pruned from the index.
@@ -317,8 +300,8 @@ func (s *Server) readView(ctx context.Context) (*view, error) {
 			keep[id] = decoded{rs, hs, e}
 			continue
 		}
-		var r record
-		if err := json.Unmarshal([]byte(rs), &r); err != nil {
+		r, err := decodeRecord([]byte(rs))
+		if err != nil {
 			s.log.Warn("bad registry entry", "id", id, "err", err)
 			continue
 		}

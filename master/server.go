@@ -29,6 +29,7 @@ const (
 	DefaultProbeTimeout     = 500 * time.Millisecond
 	DefaultProbeSuccesses   = 3
 	DefaultProbeFailures    = 3
+	DefaultProbeBudget      = 500
 	DefaultRouteTTL         = 5 * time.Second
 	DefaultRefreshInterval  = 250 * time.Millisecond
 	DefaultLeaseTTL         = 3 * time.Second
@@ -94,6 +95,13 @@ type Config struct {
 	// probes that ejects a healthy node; default DefaultProbeFailures.
 	ProbeSuccesses int `yaml:"probe_successes"`
 	ProbeFailures  int `yaml:"probe_failures"`
+	// ProbeBudget is how many healthy nodes one probe round checks at
+	// most; default DefaultProbeBudget. With more healthy nodes than that
+	// they take turns (each is checked every ceil(healthy/budget) rounds),
+	// so a large fleet does not double the master's RPC load with probes
+	// of nodes whose heartbeats arrive anyway. Ejected and probing nodes
+	// are checked every round.
+	ProbeBudget int `yaml:"probe_budget"`
 	// RouteTTL is how long clients may cache a Route answer; default
 	// DefaultRouteTTL.
 	RouteTTL time.Duration `yaml:"route_ttl"`
@@ -152,6 +160,9 @@ func (c *Config) applyDefaults() error {
 	if c.ProbeFailures <= 0 {
 		c.ProbeFailures = DefaultProbeFailures
 	}
+	if c.ProbeBudget <= 0 {
+		c.ProbeBudget = DefaultProbeBudget
+	}
 	switch {
 	case c.MinSuccessRate > 1:
 		return fmt.Errorf("master: MinSuccessRate %v over 1", c.MinSuccessRate)
@@ -170,7 +181,9 @@ type Deps struct {
 	// Node is the master's own node runtime (role "master"); required.
 	Node *node.Node
 	// Redis holds shared state for HA masters: one server or a Redis
-	// Cluster; required.
+	// Cluster; required. The master opens a second pool with the same
+	// options for its control plane (flex document, audit, leader lease;
+	// controlClient) and closes it when Run returns.
 	Redis Redis
 	// Now; default time.Now.
 	Now func() time.Time
@@ -187,6 +200,8 @@ type Server struct {
 	cfg    Config
 	node   *node.Node
 	rdb    Redis
+	ctl    Redis  // the control plane's own pool (flex document, audit, lease): controlClient
+	ctlEnd func() // closes ctl
 	now    func() time.Time
 	log    *slog.Logger
 	prober Prober
@@ -198,8 +213,10 @@ type Server struct {
 	view    *view      // last registry snapshot loaded from Redis
 	drills  []*willowv1.Drill
 	hb      *hbShards // per node: heartbeats received by this master (own locks)
+	hbb     hbBatcher // heartbeat writes to Redis, by group commit
 	dec     decodeCache
 	leader  bool
+	probeAt int       // where the next probe round's turn of healthy nodes starts (runLeader only)
 	redisUp time.Time // since when Redis has answered; zero while it does not
 
 	ops *auth.Operators // operator identities (oncall.go); immutable
@@ -238,13 +255,17 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("master: %w", err)
 	}
 	s.ops = ops
-	if err := s.initFlex(newRedisFlexStore(deps.Redis, cfg.KeyPrefix), deps.Node.Registry()); err != nil {
+	s.ctl, s.ctlEnd = controlClient(deps.Redis)
+	if err := s.initFlex(newRedisFlexStore(s.ctl, cfg.KeyPrefix), deps.Node.Registry()); err != nil {
+		s.ctlEnd()
 		return nil, err
 	}
 	if err := s.initAuto(); err != nil {
+		s.ctlEnd()
 		return nil, err
 	}
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
+		s.ctlEnd()
 		return nil, err
 	}
 	willowv1.RegisterMasterServer(deps.Node.Server(), s)
@@ -266,6 +287,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if c, ok := s.prober.(interface{ Close() }); ok {
 		c.Close()
 	}
+	s.ctlEnd()
 	return nil
 }
 
