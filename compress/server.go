@@ -36,6 +36,7 @@ type Server struct {
 	deps  Deps
 	log   *slog.Logger
 	slots chan struct{} // one token per worker
+	dem   *demand       // demand.go
 	// waiting counts tasks queued for a slot.
 	waiting atomic.Int64
 	q       queueStats
@@ -101,6 +102,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger.With("svc", "compress"),
 		slots: make(chan struct{}, cfg.Workers)}
 	s.q.now = cfg.Now
+	s.dem = newDemand(cfg.Now, cfg.Workers)
 	s.q.waiters = map[uint64]time.Time{}
 	s.m = metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_compress_tasks_total",
@@ -129,6 +131,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	// Auto-flex signals in every heartbeat.
 	deps.Node.AddLoad(func(l *willowv1.Load) {
 		l.QueueP99Ms = s.q.p99()
+		l.CompressDemand = s.dem.value()
 		l.Backlog = s.waiting.Load()
 	})
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
@@ -197,6 +200,8 @@ func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.TaskTimeout)
 	defer cancel()
 
+	s.dem.add(1) // waiting or in work until it returns
+	defer s.dem.add(-1)
 	waited, err := s.acquire(ctx)
 	if err != nil {
 		s.m.tasks.WithLabelValues(kindName(kind), "", "overload").Inc()

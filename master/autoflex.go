@@ -68,6 +68,7 @@ const (
 const (
 	SignalCompressQueueP99 = "compress_queue_p99_ms" // highest p99 queueing time of a compress node, ms
 	SignalCompressBacklog  = "compress_backlog"      // compress tasks waiting, all nodes
+	SignalCompressDemand   = "compress_demand"       // highest compress node's tasks in work or waiting per worker, 10 s average
 	SignalUploadInFlight   = "upload_in_flight"      // requests in flight on the upload fronts, all
 	SignalUploadShed       = "upload_shed"           // 1 - the lowest admitted share of an upload front
 	SignalStoreWriteRatio  = "store_write_ratio"     // highest front store writes/s over store_write_budget
@@ -84,6 +85,7 @@ type signalInfo struct {
 var signalTable = map[string]signalInfo{
 	SignalCompressQueueP99: {"compress queue p99", "ms"},
 	SignalCompressBacklog:  {"compress backlog", ""},
+	SignalCompressDemand:   {"compress demand (tasks per worker)", ""},
 	SignalUploadInFlight:   {"upload in flight", ""},
 	SignalUploadShed:       {"upload shed share", ""},
 	SignalStoreWriteRatio:  {"store writes / budget", ""},

@@ -242,6 +242,7 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 			}
 			maxIn(SignalCompressQueueP99, p99)
 			sum(SignalCompressBacklog, float64(l.GetBacklog()))
+			maxIn(SignalCompressDemand, l.GetCompressDemand())
 		case "upload":
 			sum(SignalUploadInFlight, float64(l.GetInFlight()))
 			shed := 0.0

@@ -299,3 +299,39 @@ rules:
 	case <-time.After(500 * time.Millisecond):
 	}
 }
+
+// TestAutoSignalsFromHeartbeats: what compress and upload nodes put in
+// their heartbeats reaches the master's signals: compress demand and
+// backlog, and a front's store writes/s over store_write_budget (200).
+func TestAutoSignalsFromHeartbeats(t *testing.T) {
+	rdb := testenv.StartRedisKind(t, "server").Client(t)
+	m := startMaster(t, rdb, "master-1")
+	for _, tc := range []struct {
+		id, role string
+		fill     func(*willowv1.Load)
+	}{
+		{"compress-a-1", "compress", func(l *willowv1.Load) { l.CompressDemand, l.Backlog = 2.5, 3 }},
+		{"upload-a-1", "upload", func(l *willowv1.Load) { l.StoreWritesPerS = 0.5 }},
+		{"upload-b-1", "upload", func(l *willowv1.Load) { l.StoreWritesPerS = 50 }},
+	} {
+		n, err := node.New(node.Config{ID: tc.id, Role: tc.role, Region: tc.id[len(tc.id)-3 : len(tc.id)-2], MasterAddr: m.node.Addr(),
+			HeartbeatInterval: 100 * time.Millisecond, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.AddLoad(tc.fill)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = n.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	var sig map[string]float64
+	regWait(t, 10*time.Second, "the signals of three nodes", func() bool {
+		as, err := m.client.GetFlexAuto(ctxT(t), &willowv1.GetFlexAutoRequest{})
+		sig = as.GetSignals()
+		return err == nil && sig[master.SignalStoreWriteRatio] == 0.25 && sig[master.SignalCompressDemand] == 2.5
+	})
+	if sig[master.SignalCompressBacklog] != 3 {
+		t.Fatalf("signals %v", sig)
+	}
+}

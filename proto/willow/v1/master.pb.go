@@ -156,6 +156,7 @@ type Load struct {
 	AdmitFraction   float64 `protobuf:"fixed64,32,opt,name=admit_fraction,json=admitFraction,proto3" json:"admit_fraction,omitempty"`           // share of requests the shedder admits at its current level, 0..1 (1 = all)
 	StoreWritesPerS float64 `protobuf:"fixed64,33,opt,name=store_writes_per_s,json=storeWritesPerS,proto3" json:"store_writes_per_s,omitempty"` // upload front: store writes per second over the last window
 	BytesOutPerS    float64 `protobuf:"fixed64,34,opt,name=bytes_out_per_s,json=bytesOutPerS,proto3" json:"bytes_out_per_s,omitempty"`          // edge cache: response bytes per second over the last window
+	CompressDemand  float64 `protobuf:"fixed64,35,opt,name=compress_demand,json=compressDemand,proto3" json:"compress_demand,omitempty"`        // compress: tasks in work or waiting per worker, 10 s moving average (1 = every worker busy, none waiting)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -319,6 +320,13 @@ func (x *Load) GetStoreWritesPerS() float64 {
 func (x *Load) GetBytesOutPerS() float64 {
 	if x != nil {
 		return x.BytesOutPerS
+	}
+	return 0
+}
+
+func (x *Load) GetCompressDemand() float64 {
+	if x != nil {
+		return x.CompressDemand
 	}
 	return 0
 }
@@ -2453,7 +2461,7 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1d\n" +
 	"\n" +
 	"admin_addr\x18\b \x01(\tR\tadminAddr\x12\x1a\n" +
-	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\xc4\x05\n" +
+	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\xed\x05\n" +
 	"\x04Load\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\x05R\binFlight\x12\x19\n" +
@@ -2475,7 +2483,8 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\abacklog\x18\x1f \x01(\x03R\abacklog\x12%\n" +
 	"\x0eadmit_fraction\x18  \x01(\x01R\radmitFraction\x12+\n" +
 	"\x12store_writes_per_s\x18! \x01(\x01R\x0fstoreWritesPerS\x12%\n" +
-	"\x0fbytes_out_per_s\x18\" \x01(\x01R\fbytesOutPerS\x1a9\n" +
+	"\x0fbytes_out_per_s\x18\" \x01(\x01R\fbytesOutPerS\x12'\n" +
+	"\x0fcompress_demand\x18# \x01(\x01R\x0ecompressDemand\x1a9\n" +
 	"\vGaugesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\":\n" +
