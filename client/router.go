@@ -290,21 +290,30 @@ func (r *Router) Call(ctx context.Context, role, business string, fn func(ctx co
 				return gerr
 			}
 		}
-		conn, cerr := r.Conn(ep.GetAddr())
-		if cerr != nil {
-			err = status.Error(codes.Unavailable, cerr.Error())
-			continue
-		}
-		err = fn(ctx, conn, ep)
-		if err == nil || !Retryable(err) || ctx.Err() != nil {
+		var done bool
+		if done, err = r.attempt(ctx, role, business, ep, fn); done {
 			return err
-		}
-		if status.Code(err) == codes.Unavailable {
-			// The node may be gone: ask the master again next time.
-			r.Invalidate(role, business)
 		}
 	}
 	return err
+}
+
+// attempt calls fn on ep. done is true when err is the call's final
+// outcome: success, an error no retry can help, or ctx ended.
+func (r *Router) attempt(ctx context.Context, role, business string, ep *willowv1.Endpoint, fn func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error) (done bool, err error) {
+	conn, cerr := r.Conn(ep.GetAddr())
+	if cerr != nil {
+		return false, status.Error(codes.Unavailable, cerr.Error())
+	}
+	err = fn(ctx, conn, ep)
+	if err == nil || !Retryable(err) || ctx.Err() != nil {
+		return true, err
+	}
+	if status.Code(err) == codes.Unavailable {
+		// The node may be gone: ask the master again next time.
+		r.Invalidate(role, business)
+	}
+	return false, err
 }
 
 // mayRetry is the gate before a retry after err: nil when it may go
@@ -366,17 +375,9 @@ func (r *Router) CallSession(ctx context.Context, role, business string, fn func
 			return gerr
 		}
 		tried[ep.GetAddr()] = true
-		conn, cerr := r.Conn(ep.GetAddr())
-		if cerr != nil {
-			err = status.Error(codes.Unavailable, cerr.Error())
-			continue
-		}
-		err = fn(ctx, conn, ep)
-		if err == nil || !Retryable(err) || ctx.Err() != nil {
+		var done bool
+		if done, err = r.attempt(ctx, role, business, ep, fn); done {
 			return err
-		}
-		if status.Code(err) == codes.Unavailable {
-			r.Invalidate(role, business)
 		}
 	}
 	return err
