@@ -116,13 +116,16 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		outBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_compress_output_bytes_total",
 			Help: "Bytes of variants produced."}, []string{"variant", "codec"}),
 	}
+	if !tuneMalloc(os.Getenv) {
+		s.log.Warn("could not fix the C allocator's mmap threshold; codec buffers may stay in malloc arenas", "threshold", MallocMmapThreshold)
+	}
 	reg := deps.Node.Registry()
-	for _, c := range []prometheus.Collector{s.m.tasks, s.m.seconds, s.m.queueWait, s.m.cpu, s.m.outBytes,
+	for _, c := range append(mallocCollectors(), s.m.tasks, s.m.seconds, s.m.queueWait, s.m.cpu, s.m.outBytes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "willow_compress_queue_length", Help: "Tasks waiting for a worker."},
 			func() float64 { return float64(s.waiting.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "willow_compress_busy_workers", Help: "Workers running a task."},
 			func() float64 { return float64(len(s.slots)) }),
-	} {
+	) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("compress: register metrics: %w", err)
 		}
