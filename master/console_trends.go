@@ -41,8 +41,9 @@ type trendPoint struct {
 	// UploadSuccess is the share of those requests that succeeded, 0..1;
 	// nil without requests.
 	UploadSuccess *float64 `json:"upload_success"`
-	// UploadP99Ms is the highest p99 request duration any upload front
-	// reported over its last heartbeat window; nil without requests.
+	// UploadP99Ms is the highest p99 request duration (gRPC, and tus/IETF
+	// HTTP) any upload front reported over its last heartbeat window; nil
+	// without requests.
 	UploadP99Ms *float64 `json:"upload_p99_ms"`
 	// CompressQueueMs is the highest p99 queueing time (waiting for a
 	// worker) any compress node reported.
@@ -141,9 +142,7 @@ func (s *Server) sampleTrends(ctx context.Context) error {
 			req, errs := window(e.samples, from)
 			a.req += req
 			a.errs += errs
-			if l.GetRequests() > 0 {
-				a.p99 = max(a.p99, l.GetLatencyP99Ms())
-			}
+			a.p99 = max(a.p99, l.GetLatencyP99Ms()) // 0 without requests
 			a.pool1 += g["pool1_bytes"]
 			a.pool2 += g["pool2_bytes"]
 		case "compress":

@@ -56,3 +56,13 @@ func (h *latencyHist) p99() float64 {
 	}
 	return math.Pow(latencyFactor, latencyBuckets-1)
 }
+
+// ObserveLatency counts one request of d in the heartbeat's p99
+// (Load.latency_p99_ms), for requests the node serves outside gRPC (the
+// upload front's tus/IETF HTTP). It leaves the request and error counts
+// the master judges health by as they are. A nil node does nothing.
+func (n *Node) ObserveLatency(d time.Duration) {
+	if n != nil {
+		n.stats.latency.observe(d)
+	}
+}

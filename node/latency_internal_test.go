@@ -34,3 +34,23 @@ func TestLatencyP99(t *testing.T) {
 		t.Fatalf("p99 of a huge duration = %v", p)
 	}
 }
+
+// ObserveLatency (the upload front's HTTP) reaches the heartbeat's p99
+// and leaves the request counts alone.
+func TestObserveLatencyReachesTheLoad(t *testing.T) {
+	n, err := New(Config{ID: "lat-1", Role: "upload", Region: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.lis.Close()
+	defer n.adminL.Close()
+	n.ObserveLatency(1500 * time.Millisecond)
+	(*Node)(nil).ObserveLatency(time.Second)
+	l := n.load()
+	if p := l.GetLatencyP99Ms(); p < 1500 || p > 1500*latencyFactor || l.GetRequests() != 0 {
+		t.Fatalf("load p99 %v ms, requests %d; want 1.5 s within ×%v and 0", p, l.GetRequests(), latencyFactor)
+	}
+	if p := n.load().GetLatencyP99Ms(); p != 0 {
+		t.Fatalf("next heartbeat's p99 = %v, want 0", p)
+	}
+}

@@ -267,12 +267,14 @@ func (h *HTTP) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		p.ietf = true
 		p.interop, _ = strconv.Atoi(strings.TrimSpace(v))
 	}
+	start := time.Now()
 	defer func() {
 		code := w.code
 		if code == 0 {
 			code = http.StatusOK
 		}
 		h.m.requests.WithLabelValues(p.name(), method, strconv.Itoa(code)).Inc()
+		h.s.node.ObserveLatency(time.Since(start)) // the heartbeat's p99 (console trends)
 	}()
 	if !p.ietf {
 		w.Header().Set("Tus-Resumable", tusVersion)
