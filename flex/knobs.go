@@ -70,7 +70,7 @@ type Knobs struct {
 // Default knob values of the normal level (knobTable uses them).
 const (
 	DefaultImageCodec          = CodecHEIC
-	DefaultImageQuality        = 55 // chosen by the compress benchmark (BENCHMARKS.md, docs/compress.md)
+	DefaultImageQuality        = 50 // chosen by BenchmarkHEICvsJPEG (BENCHMARKS.md, docs/compress.md)
 	DefaultVideoBitrateKbps    = 1800
 	DefaultStoreWriteBudget    = 200
 	DefaultPool1DrainPerS      = 20
