@@ -125,8 +125,22 @@ func (m *metrics) hit(tier string) { m.hitBy[tier].Inc() }
 // were most of a cached hit's cost.
 func (m *metrics) instrument(h http.Handler) http.Handler {
 	seconds := m.httpSeconds.WithLabelValues()
-	var byCode sync.Map // "code method" -> prometheus.Counter
+	// The GET answers a hit path gives (200, 304) are resolved once here;
+	// every other code and method through a map, resolved on first use.
+	get200 := m.httpRequests.WithLabelValues("200", "get")
+	get304 := m.httpRequests.WithLabelValues("304", "get")
+	var byCode sync.Map // httpKey -> prometheus.Counter
 	count := func(code int, method string) {
+		if method == "get" {
+			switch code {
+			case http.StatusOK:
+				get200.Inc()
+				return
+			case http.StatusNotModified:
+				get304.Inc()
+				return
+			}
+		}
 		k := httpKey{code, method}
 		c, ok := byCode.Load(k)
 		if !ok {

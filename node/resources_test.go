@@ -96,3 +96,35 @@ func TestLoadCarriesResourceCounters(t *testing.T) {
 		t.Error("nil node wraps the listener")
 	}
 }
+
+// A counted connection adds its bytes in batches (countBatch) while open,
+// the rest at Close, and keeps the wrapped connection's ReadFrom.
+func TestCountingConnBatches(t *testing.T) {
+	var nc netCounters
+	a, b := net.Pipe()
+	c := &countingConn{Conn: a, c: &nc}
+	go io.Copy(io.Discard, b)
+	if _, err := c.Write(make([]byte, countBatch-1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := nc.out.Load(); got != 0 {
+		t.Fatalf("counted %d bytes before a batch was full", got)
+	}
+	if _, err := c.Write(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if got := nc.out.Load(); got != countBatch+9 {
+		t.Fatalf("counted %d bytes after a full batch, want %d", got, countBatch+9)
+	}
+	if _, err := c.ReadFrom(io.LimitReader(zeros{}, 5)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got := nc.out.Load(); got != countBatch+14 {
+		t.Fatalf("counted %d bytes after Close, want %d", got, countBatch+14)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
