@@ -22,10 +22,13 @@ type fanoutPoint struct {
 }
 
 // fanoutCurve by Redis deployment: "server" (one redis-server) and
-// "cluster" (3 masters). Measured 2026-12-01 on the loaded shared box.
+// "cluster" (3 masters). "server" F=100-5000: the pipelined fan-out (SSCAN
+// 4000 at a time, eight 500-follower scripts a pipeline), measured
+// 2026-12-01 15:27 UTC at load ~7.5 (BENCHMARKS.md); F=10 and "cluster"
+// are the earlier single-page figures (load ~28), not re-measured.
 var fanoutCurve = map[string][]fanoutPoint{
 	"server": {
-		{10, 0.70, 0.95, 4}, {100, 1.5, 1.6, 4}, {1000, 60, 92, 7.4}, {5000, 328, 530, 24},
+		{10, 0.70, 0.95, 4}, {100, 2.2, 3.9, 4.1}, {1000, 18, 22, 4.2}, {5000, 85, 117, 6.6},
 	},
 	"cluster": {
 		{10, 1.4, 5.1, 6}, {100, 2.7, 8.5, 6}, {1000, 86, 176, 11}, {5000, 232, 1395, 45},
@@ -42,13 +45,17 @@ type fleetPoint struct {
 	propagateP99Ms float64 // flex change to every watcher
 }
 
-// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-01, load 30-38 on
-// the shared 2-core box): N=100 "after", N=1000 "shards + decode cache
-// only" (the master then served 350 of 1000 heartbeats a second; "after"
-// timed out); N=5000 not run, so larger fleets are extrapolated.
+// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-01 session 4, after
+// group commit, the control-plane pool, binary records and the probe
+// budget; load ~20 on the shared 2-core box). N=5000 ran to the end but
+// collapsed: 1833 of 5000 heartbeats a second failed, Route and the flex
+// change took seconds, RSS 7.5 GiB, while the master used 0.34 cores; its
+// row is what was measured, and cpuPerBeatUs there is the master's CPU
+// per node-second (0.34 cores / 5000), not per heartbeat served.
 var fleetCurve = []fleetPoint{
-	{nodes: 100, cpuPerBeatUs: 1385, rssMiB: 45, routeP99Ms: 4.8, propagateP99Ms: 12},
-	{nodes: 1000, cpuPerBeatUs: 740, rssMiB: 159, routeP99Ms: 779, propagateP99Ms: 2619},
+	{nodes: 100, cpuPerBeatUs: 1161, rssMiB: 47, routeP99Ms: 7.1, propagateP99Ms: 36},
+	{nodes: 1000, cpuPerBeatUs: 374, rssMiB: 179, routeP99Ms: 361, propagateP99Ms: 279},
+	{nodes: 5000, cpuPerBeatUs: 67, rssMiB: 7572, routeP99Ms: 6396, propagateP99Ms: 16237},
 }
 
 // interp evaluates a curve at x, linearly in log-log between the points
