@@ -145,14 +145,15 @@ func TestConsoleTrends(t *testing.T) {
 		t.Fatalf("open console: %v", err)
 	}
 	for _, id := range []string{"trend-a-upload-rate", "trend-a-upload-success", "trend-a-upload-p99", "trend-a-compress-queue", "trend-a-pools", "trend-a-held"} {
-		drawn, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById("`+id+`");
-			const p = s.querySelector("path"); return +s.dataset.points >= 2 && p.getTotalLength() > 10 && s.querySelectorAll("line.mk-red").length === 1; })()`))
+		// The page reloads the trends every 5 s and the master samples every
+		// 500 ms, so the line grows: wait for it rather than read it once
+		// (a few samples 500 ms apart on a 90 s axis are only a few pixels).
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => { const s = document.getElementById("`+id+`");
+			const p = s.querySelector("path"); return +s.dataset.points >= 2 && p !== null && p.getTotalLength() > 10 && s.querySelectorAll("line.mk-red").length === 1; })()`,
+			chromedp.WithPollingTimeout(20*time.Second)))
 		if err != nil {
-			t.Fatal(err)
-		}
-		if !drawn {
 			html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("`+id+`").outerHTML`))
-			t.Fatalf("%s is not drawn with data and a red marker: %s", id, html)
+			t.Fatalf("%s is not drawn with data and a red marker (%v): %s", id, err, html)
 		}
 	}
 	now, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("trend-a-held-now")))
