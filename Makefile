@@ -56,7 +56,7 @@ bench-upload: setup
 	WILLOW_BENCH_DIR=/dev/shm WILLOW_BENCH_ROUNDS=3 go test -run '^$$' -bench BenchmarkTusVsTusd -benchtime 1x -timeout 20m ./upload
 
 bench-compress: setup
-	go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./compress/...
+	go test -run '^$$' -bench . -benchtime 1x -timeout 120m ./compress/...
 
 # Timeline fan-out against the social graph (BENCHMARKS.md): F = 10..5000
 # followers, delay ratio 0 and 0.5, one redis-server and a 3-master Redis
