@@ -25,6 +25,35 @@ func startAutoMaster(t *testing.T, rdb redis.UniversalClient, id, policy string)
 		LeaseTTL: time.Second, ProbeInterval: 200 * time.Millisecond, RefreshInterval: 100 * time.Millisecond})
 }
 
+// queuePolicy writes a policy with one rule: compress queue p99 above 1 s
+// for 1 s steps to blue, below 300 ms steps back.
+func queuePolicy(t *testing.T) string {
+	t.Helper()
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(`
+rules:
+  - {name: cq, signal: compress_queue_p99_ms, above: 1000, below: 300, dwell: 1s, cooldown: 2s, level: blue}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return policy
+}
+
+// startQueueNode runs compress-a-1 heartbeating queueMs to m every 100 ms
+// until the test ends.
+func startQueueNode(t *testing.T, m *testMaster, queueMs func() float64) {
+	t.Helper()
+	n, err := node.New(node.Config{ID: "compress-a-1", Role: "compress", Region: "a", MasterAddr: m.node.Addr(),
+		HeartbeatInterval: 100 * time.Millisecond, Logger: quiet(), QueueMs: queueMs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 func autoSteps(t *testing.T, c willowv1.MasterClient) []*willowv1.AuditEntry {
 	t.Helper()
 	h, err := c.FlexHistory(ctxT(t), &willowv1.FlexHistoryRequest{Limit: 200})
@@ -45,26 +74,12 @@ func autoSteps(t *testing.T, c willowv1.MasterClient) []*willowv1.AuditEntry {
 // when that master stops and the queue is gone, the other steps back once.
 func TestAutoFlexTwoMastersActOnce(t *testing.T) {
 	rdb := testenv.StartRedisKind(t, "server").Client(t)
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte(`
-rules:
-  - {name: cq, signal: compress_queue_p99_ms, above: 1000, below: 300, dwell: 1s, cooldown: 2s, level: blue}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	policy := queuePolicy(t)
 	m1 := startAutoMaster(t, rdb, "master-1", policy)
 	m2 := startAutoMaster(t, rdb, "master-2", policy)
 	var queue atomic.Int64
 	queue.Store(1800)
-	n, err := node.New(node.Config{ID: "compress-a-1", Role: "compress", Region: "a", MasterAddr: m1.node.Addr(),
-		HeartbeatInterval: 100 * time.Millisecond, Logger: quiet(), QueueMs: func() float64 { return float64(queue.Load()) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	startQueueNode(t, m1, func() float64 { return float64(queue.Load()) })
 
 	if _, err := m2.client.SetFlexAuto(ctxT(t), &willowv1.SetFlexAutoRequest{Token: token, Mode: master.AutoOn, Reason: "test"}); err != nil {
 		t.Fatal(err)
@@ -190,25 +205,9 @@ func TestScheduleSurvivesMasterRestart(t *testing.T) {
 // version and one event.
 func TestAutoStateChangesNoWatchEvent(t *testing.T) {
 	rdb := testenv.StartRedisKind(t, "server").Client(t)
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte(`
-rules:
-  - {name: cq, signal: compress_queue_p99_ms, above: 1000, below: 300, dwell: 1s, cooldown: 2s, level: blue}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	policy := queuePolicy(t)
 	// compress heartbeats a long queue to m (a node follows one master).
-	compress := func(m *testMaster) {
-		n, err := node.New(node.Config{ID: "compress-a-1", Role: "compress", Region: "a", MasterAddr: m.node.Addr(),
-			HeartbeatInterval: 100 * time.Millisecond, Logger: quiet(), QueueMs: func() float64 { return 1800 }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = n.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-	}
+	compress := func(m *testMaster) { startQueueNode(t, m, func() float64 { return 1800 }) }
 	m := startAutoMaster(t, rdb, "master-1", policy)
 	compress(m)
 

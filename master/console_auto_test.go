@@ -1,11 +1,8 @@
 package master_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +11,6 @@ import (
 
 	"willow/internal/testenv"
 	"willow/master"
-	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -24,25 +20,11 @@ import (
 // refuses a caller without a valid token.
 func TestConsoleAutoFlex(t *testing.T) {
 	rdb := testenv.StartRedisKind(t, "server").Client(t)
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte(`
-rules:
-  - {name: cq, signal: compress_queue_p99_ms, above: 1000, below: 300, dwell: 1s, cooldown: 2s, level: blue}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	policy := queuePolicy(t)
 	m := startAutoMaster(t, rdb, "master-1", policy)
 	ts := httptest.NewServer(m.srv.ConsoleHandler())
 	t.Cleanup(ts.Close)
-	n, err := node.New(node.Config{ID: "compress-a-1", Role: "compress", Region: "a", MasterAddr: m.node.Addr(),
-		HeartbeatInterval: 100 * time.Millisecond, Logger: quiet(), QueueMs: func() float64 { return 1800 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	startQueueNode(t, m, func() float64 { return 1800 })
 
 	// The attacker's side: no token, a wrong token, a token in the URL.
 	for _, tc := range []struct {
