@@ -14,18 +14,15 @@ import (
 	willowv1 "willow/proto/willow/v1"
 )
 
-// TestRingMembershipFromMaster runs a real master (on a real redis-server)
-// and two edge nodes that register with it and learn each other through
-// the client SDK router: an object is then read from origin once for the
-// OC, whichever node is asked.
-func TestRingMembershipFromMaster(t *testing.T) {
-	redis := testenv.StartRedis(t)
-	quiet := quiet()
-	mn, err := node.New(node.Config{ID: "master-1", Role: "master", ShutdownGrace: time.Second, Logger: quiet})
+// startMaster runs a real master on a real redis-server until the test
+// ends and returns its node (whose Addr the edges dial).
+func startMaster(t *testing.T) *node.Node {
+	t.Helper()
+	mn, err := node.New(node.Config{ID: "master-1", Role: "master", ShutdownGrace: time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := master.New(master.Config{OncallToken: "t"}, master.Deps{Node: mn, Redis: redis.Client(t)})
+	ms, err := master.New(master.Config{OncallToken: "t"}, master.Deps{Node: mn, Redis: testenv.StartRedis(t).Client(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +31,16 @@ func TestRingMembershipFromMaster(t *testing.T) {
 	go func() { mn.Run(ctx); mdone <- struct{}{} }()
 	go func() { ms.Run(ctx); mdone <- struct{}{} }()
 	t.Cleanup(func() { cancel(); <-mdone; <-mdone })
+	return mn
+}
 
+// TestRingMembershipFromMaster runs a real master (on a real redis-server)
+// and two edge nodes that register with it and learn each other through
+// the client SDK router: an object is then read from origin once for the
+// OC, whichever node is asked.
+func TestRingMembershipFromMaster(t *testing.T) {
+	quiet := quiet()
+	mn := startMaster(t)
 	st := newStore(t)
 	data := payload(5000, 11)
 	id := put(t, st, media.LocStore, 1, media.VariantMedium, "image/heic", data)
@@ -74,21 +80,8 @@ func TestRingMembershipFromMaster(t *testing.T) {
 // itself (the bytes it served per second), and the master's auto-flex
 // signal edge_bytes_out_per_s reads it.
 func TestBytesOutReachesMaster(t *testing.T) {
-	redis := testenv.StartRedis(t)
-	mn, err := node.New(node.Config{ID: "master-1", Role: "master", ShutdownGrace: time.Second, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := master.New(master.Config{OncallToken: "t"}, master.Deps{Node: mn, Redis: redis.Client(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	mdone := make(chan struct{}, 2)
-	go func() { mn.Run(ctx); mdone <- struct{}{} }()
-	go func() { ms.Run(ctx); mdone <- struct{}{} }()
-	t.Cleanup(func() { cancel(); <-mdone; <-mdone })
-
+	mn := startMaster(t)
+	ctx := t.Context()
 	st := newStore(t)
 	data := payload(256<<10, 3)
 	id := put(t, st, media.LocStore, 1, media.VariantMedium, "image/heic", data)
