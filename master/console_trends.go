@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"willow/auth"
+	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -35,11 +36,14 @@ const (
 // node of that role reported it (the chart draws nothing, not a zero).
 type trendPoint struct {
 	AtMs int64 `json:"at_unix_ms"`
-	// UploadRate is the requests per second finished by the region's
-	// live upload fronts, over the master's success window.
+	// UploadRate is the uploads per second the region's live upload
+	// fronts finished (committed or failed on their side, any protocol),
+	// from their last heartbeats. A front that does not report uploads
+	// (an older build) is counted by its gRPC requests over the master's
+	// success window instead.
 	UploadRate *float64 `json:"upload_rate"`
-	// UploadSuccess is the share of those requests that succeeded, 0..1;
-	// nil without requests.
+	// UploadSuccess is the share of those uploads (or requests) that
+	// succeeded, 0..1; nil without any.
 	UploadSuccess *float64 `json:"upload_success"`
 	// UploadP99Ms is the highest p99 request duration (gRPC, and tus/IETF
 	// HTTP) any upload front reported over its last heartbeat window; nil
@@ -107,6 +111,8 @@ func (s *Server) runTrends(ctx context.Context) {
 type regionAgg struct {
 	uploads, compress, timelines int
 	req, errs                    int64
+	done, failed                 float64 // uploads/s finished, failed (node.GaugeUpload*)
+	counted                      int     // upload fronts reporting done and failed
 	p99, queue                   float64
 	pool1, pool2, held           float64
 }
@@ -139,6 +145,11 @@ func (s *Server) sampleTrends(ctx context.Context) error {
 		switch e.info.GetRole() {
 		case "upload":
 			a.uploads++
+			if ok, has := g[node.GaugeUploadsPerS]; has {
+				a.counted++
+				a.done += ok + g[node.GaugeUploadFailuresPerS]
+				a.failed += g[node.GaugeUploadFailuresPerS]
+			}
 			req, errs := window(e.samples, from)
 			a.req += req
 			a.errs += errs
@@ -176,10 +187,17 @@ func (s *Server) sampleTrends(ctx context.Context) error {
 		r.liveMs = now.UnixMilli()
 		p := trendPoint{AtMs: now.UnixMilli(), Level: regionLevel(st, region)}
 		if a.uploads > 0 {
-			p.UploadRate = ptr(float64(a.req) / winS)
 			p.Pool1Bytes, p.Pool2Bytes = ptr(a.pool1), ptr(a.pool2)
-			if a.req > 0 {
-				p.UploadSuccess = ptr(float64(a.req-a.errs) / float64(a.req))
+			if a.counted == a.uploads {
+				p.UploadRate = ptr(a.done)
+				if a.done > 0 {
+					p.UploadSuccess = ptr((a.done - a.failed) / a.done)
+				}
+			} else {
+				p.UploadRate = ptr(float64(a.req) / winS)
+				if a.req > 0 {
+					p.UploadSuccess = ptr(float64(a.req-a.errs) / float64(a.req))
+				}
 			}
 			if a.p99 > 0 {
 				p.UploadP99Ms = ptr(a.p99)

@@ -10,6 +10,7 @@ import (
 
 	"willow/internal/testenv"
 	"willow/master"
+	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 )
 
@@ -72,16 +73,20 @@ func TestConsoleTrends(t *testing.T) {
 	m := startMasterWith(t, testenv.StartRedis(t).Client(t), "master-1", master.Config{TrendStep: 500 * time.Millisecond})
 	ts := httptest.NewServer(m.srv.ConsoleHandler())
 	t.Cleanup(ts.Close)
-	node := func(id, role, region string) *willowv1.NodeInfo {
+	info := func(id, role, region string) *willowv1.NodeInfo {
 		return &willowv1.NodeInfo{Id: id, Role: role, Region: region, Addr: "127.0.0.1:1"}
 	}
 	beat(t, m, map[*willowv1.NodeInfo]*willowv1.Load{
 		// 10 requests a heartbeat, 1 of them failed.
-		node("upload-a-1", "upload", "a"): {Requests: 10, Errors: 1, SuccessRate: 0.9, LatencyP99Ms: 2400,
+		info("upload-a-1", "upload", "a"): {Requests: 10, Errors: 1, SuccessRate: 0.9, LatencyP99Ms: 2400,
 			Gauges: map[string]float64{"pool1_bytes": 5 << 20, "pool2_bytes": 1 << 20}},
-		node("compress-a-1", "compress", "a"): {QueueP99Ms: 350, SuccessRate: 1},
-		node("timeline-a-1", "timeline", "a"): {SuccessRate: 1, Gauges: map[string]float64{"held_items": 42}},
-		node("upload-b-1", "upload", "b"):     {Requests: 0, SuccessRate: 1},
+		info("compress-a-1", "compress", "a"): {QueueP99Ms: 350, SuccessRate: 1},
+		info("timeline-a-1", "timeline", "a"): {SuccessRate: 1, Gauges: map[string]float64{"held_items": 42}},
+		info("upload-b-1", "upload", "b"):     {Requests: 0, SuccessRate: 1},
+		// A front that reports its finished uploads: 3/s succeeded, 1/s
+		// failed; its 40 requests (chunks, status…) are not uploads.
+		info("upload-c-1", "upload", "c"): {Requests: 40, SuccessRate: 1,
+			Gauges: map[string]float64{node.GaugeUploadsPerS: 3, node.GaugeUploadFailuresPerS: 1}},
 	})
 
 	// The attacker's side: no token, a wrong one, a token in the URL.
@@ -105,7 +110,7 @@ func TestConsoleTrends(t *testing.T) {
 		if resp := getJSON(t, ts.URL+"/api/trends", readerToken, &doc); resp.StatusCode != 200 {
 			t.Fatalf("GET /api/trends = %d", resp.StatusCode)
 		}
-		if len(doc.Regions) == 2 && len(doc.Regions[0].Points) >= 5 && doc.Regions[0].Points[len(doc.Regions[0].Points)-1].Level == "red" &&
+		if len(doc.Regions) == 3 && len(doc.Regions[0].Points) >= 5 && doc.Regions[0].Points[len(doc.Regions[0].Points)-1].Level == "red" &&
 			doc.Regions[0].Points[len(doc.Regions[0].Points)-1].UploadP99Ms != nil {
 			break
 		}
@@ -126,6 +131,10 @@ func TestConsoleTrends(t *testing.T) {
 	}
 	if len(a.Markers) != 1 || a.Markers[0].From != "normal" || a.Markers[0].To != "red" || a.Markers[0].Actor != "oncall" {
 		t.Fatalf("region a's markers = %+v, want normal → red by oncall", a.Markers)
+	}
+	if c := doc.Regions[2].Points[len(doc.Regions[2].Points)-1]; doc.Regions[2].Region != "c" || c.UploadRate == nil || *c.UploadRate != 4 ||
+		c.UploadSuccess == nil || *c.UploadSuccess != 0.75 {
+		t.Fatalf("region c's last sample = %+v, want 4 uploads/s, 75%% of them ok", c)
 	}
 	// Region b has an idle upload front and nothing else: a rate of 0,
 	// gaps (not zeros) for what nothing reported.

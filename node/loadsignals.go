@@ -38,6 +38,15 @@ func (n *Node) applyHooks(l *willowv1.Load) {
 	}
 }
 
+// Heartbeat gauges of an upload front's finished uploads, per second
+// since its previous heartbeat, whatever the protocol (gRPC, tus, IETF).
+// The console's upload trends read them: a front's gRPC request count
+// also counts Begin, Chunks, Status and buffer calls, several per upload.
+const (
+	GaugeUploadsPerS        = "uploads_per_s"         // commits that succeeded (duplicates too)
+	GaugeUploadFailuresPerS = "upload_failures_per_s" // commits that failed on the front's side
+)
+
 // RateCounter counts events and reports their rate per second between two
 // reads: a heartbeat's "per second over the last window".
 type RateCounter struct {

@@ -33,9 +33,10 @@ type stats struct {
 
 func newStats() *stats { return &stats{lastAt: time.Now(), lastCPU: cpuTime()} }
 
-// serverFault reports whether an RPC error counts against the node's
-// success rate: client mistakes (bad input, not found, auth) do not.
-func serverFault(err error) bool {
+// ServerFault reports whether an RPC error counts against the node's
+// success rate: client mistakes (bad input, not found, auth) and
+// shedding's refusals do not.
+func ServerFault(err error) bool {
 	if err == nil {
 		return false
 	}
@@ -62,7 +63,7 @@ func (n *Node) statsUnary(ctx context.Context, req any, info *grpc.UnaryServerIn
 	resp, err := h(ctx, req)
 	n.stats.latency.observe(time.Since(start))
 	n.stats.requests.Add(1)
-	if serverFault(err) {
+	if ServerFault(err) {
 		n.stats.errors.Add(1)
 	}
 	return resp, err
@@ -78,7 +79,7 @@ func (n *Node) statsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 	err := h(srv, ss)
 	n.stats.latency.observe(time.Since(start))
 	n.stats.requests.Add(1)
-	if serverFault(err) {
+	if ServerFault(err) {
 		n.stats.errors.Add(1)
 	}
 	return err

@@ -43,6 +43,7 @@ type Server struct {
 
 	storeLim *rate.Limiter
 	placed   node.RateCounter // persist calls, for the store_writes_per_s signal
+	commits  commitCounts     // finished commits, for the console's upload trends
 	drainLim *rate.Limiter
 
 	locks [256]sync.Mutex // per media key, striped: commit, drain, compress completion
@@ -138,7 +139,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	// Auto-flex signal: uploads placed per second, the store writes the
 	// front needs whether or not the pools take them for now.
 	deps.Node.AddLoad(func(l *willowv1.Load) {
-		l.StoreWritesPerS = s.placed.Rate(time.Now())
+		now := time.Now()
+		l.StoreWritesPerS = s.placed.Rate(now)
+		s.commits.fill(l, now)
 		s.poolGauges(l)
 	})
 	if err := s.scanStaging(); err != nil {

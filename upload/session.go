@@ -371,6 +371,14 @@ func (s *Server) duplicateOutcome(rec Record) Outcome {
 // finishes within Config.CommitWait. Committing a committed upload returns
 // its outcome with Duplicate set.
 func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error) {
+	o, err := s.commitStaged(ctx, key)
+	s.commits.count(err)
+	return o, err
+}
+
+// commitStaged is commitSession's work, whatever the protocol (gRPC
+// Commit, tus, IETF).
+func (s *Server) commitStaged(ctx context.Context, key string) (Outcome, error) {
 	unlock := s.lock(key)
 	defer func() { unlock() }()
 	st, err := s.staged(key)
