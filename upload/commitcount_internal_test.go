@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	willowv1 "willow/proto/willow/v1"
 	"willow/node"
+	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 )
 
