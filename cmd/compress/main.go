@@ -20,11 +20,6 @@ import (
 	"willow/limits"
 )
 
-// run is the compress binary.
-var run = daemon.Service("compress", flags, serve)
-
-func main() { daemon.Main(run) }
-
 type file struct {
 	daemon.StoreSections `yaml:",inline"`
 	Limits               limits.Limits   `yaml:"limits"`
@@ -55,3 +50,8 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 	}
 	return d.Serve(ctx, srv.Run)
 }
+
+// run is the compress binary.
+var run = daemon.Service("compress", flags, serve)
+
+func main() { daemon.Main(run) }

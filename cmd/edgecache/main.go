@@ -19,11 +19,6 @@ import (
 	"willow/flex"
 )
 
-// run is the edgecache binary.
-var run = daemon.Service("edgecache", flags, serve)
-
-func main() { daemon.Main(run) }
-
 type file struct {
 	daemon.StoreSections `yaml:",inline"`
 	EdgeCache            edgecache.Config `yaml:"edgecache"`
@@ -58,3 +53,8 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 	}
 	return d.Serve(ctx, s.Run)
 }
+
+// run is the edgecache binary.
+var run = daemon.Service("edgecache", flags, serve)
+
+func main() { daemon.Main(run) }

@@ -16,11 +16,6 @@ import (
 	"willow/master"
 )
 
-// run is the master binary.
-var run = daemon.Service("master", flags, serve)
-
-func main() { daemon.Main(run) }
-
 // file is the config file.
 type file struct {
 	daemon.Sections `yaml:",inline"`
@@ -62,3 +57,8 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 	}
 	return d.Serve(ctx, s.Run)
 }
+
+// run is the master binary.
+var run = daemon.Service("master", flags, serve)
+
+func main() { daemon.Main(run) }

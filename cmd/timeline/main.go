@@ -17,11 +17,6 @@ import (
 	"willow/timeline"
 )
 
-// run is the timeline binary.
-var run = daemon.Service("timeline", flags, serve)
-
-func main() { daemon.Main(run) }
-
 type file struct {
 	daemon.Sections `yaml:",inline"`
 	Timeline        struct {
@@ -55,3 +50,8 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 	}
 	return d.Serve(ctx, srv.Run)
 }
+
+// run is the timeline binary.
+var run = daemon.Service("timeline", flags, serve)
+
+func main() { daemon.Main(run) }

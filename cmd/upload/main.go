@@ -18,11 +18,6 @@ import (
 	"willow/upload"
 )
 
-// run is the upload binary.
-var run = daemon.Service("upload", flags, serve)
-
-func main() { daemon.Main(run) }
-
 type file struct {
 	daemon.StoreSections `yaml:",inline"`
 	Limits               limits.Limits `yaml:"limits"`
@@ -78,3 +73,8 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 	defer stop()
 	return d.Serve(rctx, srv.Run, hs.Run)
 }
+
+// run is the upload binary.
+var run = daemon.Service("upload", flags, serve)
+
+func main() { daemon.Main(run) }
