@@ -56,14 +56,12 @@ func fronts(ctx context.Context, g *globals, addrs string) ([]front, error) {
 		}
 		return out, nil
 	}
-	conn, err := g.dialMaster()
+	mc, ctx, done, err := g.masterClient(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := willowv1.NewMasterClient(conn).ListNodes(ctx, &willowv1.ListNodesRequest{Role: "upload"})
+	defer done()
+	resp, err := mc.ListNodes(ctx, &willowv1.ListNodesRequest{Role: "upload"})
 	if err != nil {
 		return nil, err
 	}

@@ -50,14 +50,11 @@ func cmdDrill(ctx context.Context, m *Main, args []string) error {
 	if len(pos) == 0 {
 		return usagef("usage: %s", drillUsage)
 	}
-	conn, err := g.dialMaster()
+	mc, ctx, done, err := g.masterClient(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	mc := willowv1.NewMasterClient(conn)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	defer done()
 	if pos[0] == "list" {
 		resp, err := mc.ListDrills(ctx, &willowv1.ListDrillsRequest{})
 		if err != nil {

@@ -51,14 +51,11 @@ func cmdFlex(ctx context.Context, m *Main, args []string) error {
 	if *actor == "" {
 		*actor = m.Getenv("LOGNAME")
 	}
-	conn, err := g.dialMaster()
+	mc, ctx, done, err := g.masterClient(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	mc := willowv1.NewMasterClient(conn)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	defer done()
 
 	switch sub {
 	case "status":

@@ -43,14 +43,11 @@ func cmdFlexAuto(ctx context.Context, m *Main, sub string, args []string) error 
 			pos = []string{"list"}
 		}
 	}
-	conn, err := g.dialMaster()
+	mc, ctx, done, err := g.masterClient(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	mc := willowv1.NewMasterClient(conn)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	defer done()
 
 	if sub == "auto" {
 		switch pos[0] {

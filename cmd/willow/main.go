@@ -17,10 +17,12 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"willow/auth"
 	"willow/cluster"
 	"willow/node"
+	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 
 	"google.golang.org/grpc"
@@ -329,14 +331,23 @@ func (g *globals) masterAddr() (string, error) {
 	return "", usagef("need --master ADDR or --cluster FILE")
 }
 
-// dialMaster connects to the master.
-func (g *globals) dialMaster() (*grpc.ClientConn, error) {
+// masterClient dials the master and returns its client and ctx bounded by
+// masterCallTimeout; done cancels that and closes the connection.
+func (g *globals) masterClient(ctx context.Context) (mc willowv1.MasterClient, callCtx context.Context, done func(), err error) {
 	addr, err := g.masterAddr()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	return g.dial(addr)
+	conn, err := g.dial(addr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, masterCallTimeout)
+	return willowv1.NewMasterClient(conn), callCtx, func() { cancel(); conn.Close() }, nil
 }
+
+// masterCallTimeout bounds a CLI command's calls to the master.
+const masterCallTimeout = 10 * time.Second
 
 // oncallToken returns the on-call token from --token, the environment or
 // --cluster.

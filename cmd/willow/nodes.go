@@ -47,14 +47,11 @@ func cmdNodes(ctx context.Context, m *Main, args []string) error {
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
 	}
-	conn, err := g.dialMaster()
+	mc, ctx, done, err := g.masterClient(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	mc := willowv1.NewMasterClient(conn)
+	defer done()
 	resp, err := mc.ListNodes(ctx, &willowv1.ListNodesRequest{Role: *role})
 	if err != nil {
 		return err
