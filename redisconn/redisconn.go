@@ -15,6 +15,7 @@ package redisconn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -55,18 +56,14 @@ func Open(rawURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, badURL(rawURL, strings.TrimPrefix(err.Error(), "redis: "))
 		}
-		if opt.TLSConfig == nil {
-			opt.Dialer = countedDialer(opt.DialTimeout)
-		}
+		opt.Dialer = countedDialer(opt.DialTimeout, opt.TLSConfig)
 		return redis.NewClient(opt), nil
 	case SchemeCluster, SchemeClusterTLS:
 		opt, err := parseCluster(rawURL)
 		if err != nil {
 			return nil, err
 		}
-		if opt.TLSConfig == nil {
-			opt.Dialer = countedDialer(opt.DialTimeout)
-		}
+		opt.Dialer = countedDialer(opt.DialTimeout, opt.TLSConfig)
 		return redis.NewClusterClient(opt), nil
 	}
 	return nil, badURL(rawURL, fmt.Sprintf("unknown scheme %q (want redis, rediss, redis-cluster or rediss-cluster)", scheme))
@@ -161,12 +158,35 @@ func IsCluster(c any) bool {
 }
 
 // countedDialer dials as go-redis does by default (TCP, keep-alive, its
-// dial timeout) through package iostat, so Redis traffic counts in
-// heartbeats. TLS URLs keep go-redis's own dialer (it wraps TLS around
-// the connection only when Dialer is unset).
-func countedDialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// dial timeout, TLS when the URL is rediss://) through package iostat, so
+// Redis traffic counts in heartbeats. With TLS the bytes counted are the
+// ones on the wire, records and handshake included.
+func countedDialer(timeout time.Duration, tlsConfig *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
-	return iostat.Dial(&net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute})
+	dial := iostat.Dial(&net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute})
+	if tlsConfig == nil {
+		return dial
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := tlsConfig
+		if cfg.ServerName == "" {
+			// As tls.DialWithDialer does: verify against the host dialled.
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		conn := tls.Client(raw, cfg)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := conn.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
 }

@@ -43,6 +43,10 @@ type Options struct {
 	// Timeout is how long Start waits for the server to listen; default
 	// DefaultTimeout.
 	Timeout time.Duration
+	// TLSCert and TLSKey, both set, make the port speak TLS only (with
+	// that PEM certificate and key; clients need no certificate), and
+	// the URL rediss://.
+	TLSCert, TLSKey string
 }
 
 // Proc is a running redis-server. Its methods are safe for concurrent use.
@@ -85,6 +89,12 @@ func Start(ctx context.Context, opt Options) (*Proc, error) {
 		}
 	}
 	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", opt.Dir, "--save", "", "--protected-mode", "no"}
+	scheme := "redis://"
+	if opt.TLSCert != "" && opt.TLSKey != "" {
+		args = append(args[2:], "--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", opt.TLSCert,
+			"--tls-key-file", opt.TLSKey, "--tls-auth-clients", "no")
+		scheme = "rediss://"
+	}
 	if opt.Cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(opt.Dir, "nodes.conf"),
 			"--cluster-node-timeout", strconv.Itoa(ClusterNodeTimeout), "--appendonly", "no")
@@ -104,7 +114,7 @@ func Start(ctx context.Context, opt Options) (*Proc, error) {
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	p := &Proc{Addr: addr, URL: "redis://" + addr, Dir: opt.Dir, cmd: cmd, log: logName, done: make(chan struct{})}
+	p := &Proc{Addr: addr, URL: scheme + addr, Dir: opt.Dir, cmd: cmd, log: logName, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
 	timeout := opt.Timeout
 	if timeout <= 0 {
