@@ -116,9 +116,10 @@ func TestCommandLinesMatchBinaries(t *testing.T) {
 	}
 }
 
-// declaredFlags returns the flag names a command's non-test sources declare
-// on a flag.FlagSet: the name argument of String, Int, Bool, Duration, ...
-// and of their ...Var forms.
+// declaredFlags returns the flag names a command's non-test sources declare:
+// on a flag.FlagSet, the name argument of String, Int, Bool, Duration, ...
+// and of their ...Var forms; in a flag table (daemon.Flag, bound to a
+// config key), the Name of each row.
 func declaredFlags(t *testing.T, dir string) []string {
 	t.Helper()
 	files := commandSources(t, dir)
@@ -137,6 +138,10 @@ func declaredFlags(t *testing.T, dir string) []string {
 			t.Fatal(err)
 		}
 		ast.Inspect(af, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.CompositeLit); ok {
+				names = append(names, flagRows(lit)...)
+				return true
+			}
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
@@ -160,13 +165,52 @@ func declaredFlags(t *testing.T, dir string) []string {
 	return names
 }
 
+// flagRows returns the Names of a daemon.Flag literal, or of the rows of
+// a []daemon.Flag literal.
+func flagRows(lit *ast.CompositeLit) []string {
+	isFlag := func(e ast.Expr) bool {
+		switch e := e.(type) {
+		case *ast.Ident:
+			return e.Name == "Flag" // inside package daemon
+		case *ast.SelectorExpr:
+			x, ok := e.X.(*ast.Ident)
+			return ok && x.Name == "daemon" && e.Sel.Name == "Flag"
+		}
+		return false
+	}
+	rows := []ast.Expr{lit}
+	if at, ok := lit.Type.(*ast.ArrayType); ok && isFlag(at.Elt) {
+		rows = lit.Elts
+	} else if !isFlag(lit.Type) {
+		return nil
+	}
+	var names []string
+	for _, r := range rows {
+		row, ok := r.(*ast.CompositeLit)
+		if !ok {
+			continue
+		}
+		for _, e := range row.Elts {
+			kv, ok := e.(*ast.KeyValueExpr)
+			if k, _ := kv.Key.(*ast.Ident); ok && k != nil && k.Name == "Name" {
+				if v, ok := kv.Value.(*ast.BasicLit); ok && v.Kind == token.STRING {
+					name, _ := strconv.Unquote(v.Value)
+					names = append(names, name)
+				}
+			}
+		}
+	}
+	return names
+}
+
 // TestConfigFilesMatchBinaries checks every key of the per-role config files
 // in the willow-config ConfigMap is a yaml field the role's binary declares
 // (the binaries decode with KnownFields, so an unknown key stops a pod).
-// The binary's config file type is built of its packages' Config types,
-// so the yaml tags are read from the command, cmd/internal/daemon and the
-// willow packages they import; each cmd/ROLE test also decodes its file
-// the way the binary does (daemontest.ConfigMap).
+// The binary's config file (daemon.File) is built of its packages' Config
+// types, so the yaml tags are read from the command, cmd/internal/daemon
+// and the willow packages they import; the sections (node:, store:,
+// limits: and the role's) are checked by each cmd/ROLE test, which decodes
+// its file the way the binary does (daemontest.ConfigMap).
 func TestConfigFilesMatchBinaries(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("k8s", "base", "config.yaml"))
 	if err != nil {
@@ -200,7 +244,11 @@ func TestConfigFilesMatchBinaries(t *testing.T) {
 				}
 			}
 		}
-		walk("", doc)
+		for section, v := range doc { // the sections themselves: each cmd/ROLE's TestConfigFile decodes this file as the binary does
+			if sub, ok := v.(map[string]any); ok {
+				walk(section+".", sub)
+			}
+		}
 	}
 }
 

@@ -17,22 +17,16 @@ import (
 
 	"willow/cmd/internal/daemon"
 	"willow/compress"
-	"willow/limits"
 )
 
-type file struct {
-	daemon.StoreSections `yaml:",inline"`
-	Limits               limits.Limits   `yaml:"limits"`
-	Compress             compress.Config `yaml:"compress"`
-}
-
-func flags(d *daemon.Daemon, f *file) {
-	d.FS.IntVar(&f.Compress.Workers, "workers", 0, "concurrent tasks (default: cores)")
-	d.FS.IntVar(&f.Compress.QueueLen, "queue", 0, fmt.Sprintf("tasks waiting for a worker (default %d)", compress.DefaultQueueLen))
+// flags are the worker's own flags, each setting its key of compress:.
+var flags = []daemon.Flag{
+	{Name: "workers", Usage: "concurrent tasks (default: cores)"},
+	{Name: "queue", Key: "queue_len", Usage: fmt.Sprintf("tasks waiting for a worker (default %d)", compress.DefaultQueueLen)},
 }
 
 // serve starts the worker and serves until ctx is done.
-func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
+func serve(ctx context.Context, d *daemon.Daemon, f *daemon.File[compress.Config]) error {
 	var srv *compress.Server // set before the node runs, read by heartbeats
 	f.Node.QueueMs = func() float64 {
 		if srv == nil {
@@ -44,14 +38,14 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 		return err
 	}
 	var err error
-	f.Compress.Limits, f.Compress.Logger = f.Limits, d.Log
-	if srv, err = compress.New(f.Compress, compress.Deps{Node: d.Node, Store: d.Store}); err != nil {
+	f.Service.Limits, f.Service.Logger = f.Limits, d.Log
+	if srv, err = compress.New(f.Service, compress.Deps{Node: d.Node, Store: d.Store}); err != nil {
 		return err
 	}
 	return d.Serve(ctx, srv.Run)
 }
 
 // run is the compress binary.
-var run = daemon.Service("compress", flags, serve)
+var run = daemon.Service("compress", daemon.Store|daemon.Limits, flags, serve)
 
 func main() { daemon.Main(run) }

@@ -15,9 +15,9 @@ import (
 
 func TestRunServesCompress(t *testing.T) {
 	dir := t.TempDir()
-	cfg := daemontest.WriteFile(t, "compress.yaml", "node:\n  region: a\ncompress:\n  workers: 1\n  queue_len: 2\n  task_timeout: 1m\n  temp_dir: "+
-		filepath.Join(dir, "tmp")+"\nstore:\n  dir: "+filepath.Join(dir, "store")+"\n")
-	n, _ := daemontest.Start(t, run, nil, "-config", cfg, "-id", "compress-t")
+	cfg := "node:\n  region: a\ncompress:\n  workers: 1\n  queue_len: 2\n  task_timeout: 1m\n  temp_dir: " +
+		filepath.Join(dir, "tmp") + "\nstore:\n  dir: " + filepath.Join(dir, "store") + "\n"
+	n, _ := daemontest.StartWithConfig(t, run, cfg, "-id", "compress-t")
 	conn := daemontest.Dial(t, n)
 	var img bytes.Buffer
 	jpeg.Encode(&img, image.NewGray(image.Rect(0, 0, 300, 200)), nil)
@@ -47,5 +47,5 @@ func TestRunFlagErrors(t *testing.T) {
 }
 
 func TestConfigFile(t *testing.T) {
-	daemontest.ConfigFile(t, "compress", &file{}, "Compress.Limits", "Compress.Logger", "Compress.Now")
+	daemontest.ConfigFile(t, run, "Compress.Limits", "Compress.Logger", "Compress.Now")
 }

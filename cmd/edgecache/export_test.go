@@ -2,6 +2,3 @@ package main
 
 // Run is the binary, for the black-box tests.
 var Run = run
-
-// File is the config file type.
-type File = file

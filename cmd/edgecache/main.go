@@ -19,21 +19,16 @@ import (
 	"willow/flex"
 )
 
-type file struct {
-	daemon.StoreSections `yaml:",inline"`
-	EdgeCache            edgecache.Config `yaml:"edgecache"`
-}
-
-func flags(d *daemon.Daemon, f *file) {
-	ec := &f.EdgeCache
-	d.FS.StringVar(&ec.HTTPAddr, "http", "", "HTTP listen address for GET/HEAD /m/{id}/{variant} (default 127.0.0.1:0)")
-	d.FS.Int64Var(&ec.CapacityBytes, "capacity", 0, "memory cache capacity in bytes (default 256 MiB)")
-	d.FS.StringVar(&ec.DiskDir, "disk-dir", "", "disk tier directory, kept across restarts (default: no disk tier)")
+// flags are the node's own flags, each setting its key of edgecache:.
+var flags = []daemon.Flag{
+	{Name: "http", Usage: "HTTP listen address for GET/HEAD /m/{id}/{variant} (default 127.0.0.1:0)"},
+	{Name: "capacity", Key: "capacity_bytes", Usage: "memory cache capacity in bytes (default 256 MiB)"},
+	{Name: "disk-dir", Usage: "disk tier directory, kept across restarts (default: no disk tier)"},
 }
 
 // serve starts the node and serves until ctx is done.
-func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
-	ec := &f.EdgeCache
+func serve(ctx context.Context, d *daemon.Daemon, f *daemon.File[edgecache.Config]) error {
+	ec := &f.Service
 	if ec.PublicBusinesses == nil {
 		ec.PublicBusinesses = flex.PublicBusinesses()
 	}
@@ -55,6 +50,6 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 }
 
 // run is the edgecache binary.
-var run = daemon.Service("edgecache", flags, serve)
+var run = daemon.Service("edgecache", daemon.Store, flags, serve)
 
 func main() { daemon.Main(run) }

@@ -31,9 +31,9 @@ func TestRunServesFromConfigAndFlags(t *testing.T) {
 	if err := st.Put(context.Background(), media.RecordKey(id.Key), bytes.NewReader(rec), int64(len(rec)), "application/json"); err != nil {
 		t.Fatal(err)
 	}
-	cfg := daemontest.WriteFile(t, "edge.yaml", "node:\n  id: edge-b-7\n  region: b\nedgecache:\n  capacity_bytes: 1048576\n  disk_dir: "+filepath.Join(dir, "disk")+
-		"\n  url_keys: [{id: k1, secret: 0123456789abcdef0123}]\n  origin_timeout: 2s\nstore:\n  dir: /nonexistent-overridden\n")
-	n, _ := daemontest.Start(t, main.Run, nil, "-config", cfg, "-store", filepath.Join(dir, "store"), "-http", "127.0.0.1:0")
+	cfg := "node:\n  id: edge-b-7\n  region: b\nedgecache:\n  capacity_bytes: 1048576\n  disk_dir: " + filepath.Join(dir, "disk") +
+		"\n  url_keys: [{id: k1, secret: 0123456789abcdef0123}]\n  origin_timeout: 2s\nstore:\n  dir: /nonexistent-overridden\n"
+	n, _ := daemontest.StartWithConfig(t, main.Run, cfg, "-store", filepath.Join(dir, "store"), "-http", "127.0.0.1:0")
 	if n.Config().ID != "edge-b-7" || n.Config().Region != "b" {
 		t.Errorf("node %+v", n.Info())
 	}
@@ -71,5 +71,5 @@ func TestRunRefuses(t *testing.T) {
 }
 
 func TestConfigFile(t *testing.T) {
-	daemontest.ConfigFile(t, "edgecache", &main.File{}, "EdgeCache.Hash", "EdgeCache.Peers", "EdgeCache.SkipGRPCShedding")
+	daemontest.ConfigFile(t, main.Run, "Edgecache.Hash", "Edgecache.Peers", "Edgecache.SkipGRPCShedding")
 }

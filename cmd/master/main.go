@@ -16,29 +16,25 @@ import (
 	"willow/master"
 )
 
-// file is the config file.
-type file struct {
-	daemon.Sections `yaml:",inline"`
-	Master          struct {
-		master.Config `yaml:",inline"`
-		Redis         string `yaml:"redis"`   // default $WILLOW_REDIS
-		Console       string `yaml:"console"` // the on-call console's listen address; empty: none
-	} `yaml:"master"`
+// section is the master: section of the config file.
+type section struct {
+	daemon.WithRedis[master.Config] `yaml:",inline"`
+	Console                         string `yaml:"console"` // the on-call console's listen address; empty: none
 }
 
-func flags(d *daemon.Daemon, f *file) {
-	mc := &f.Master
-	d.FS.StringVar(&mc.Console, "console", "", "on-call web console listen address; empty: none")
-	d.FS.StringVar(&mc.Redis, "redis", "", "Redis URL: redis://host:port/db, or redis-cluster://h1:port,h2:port,... for a Redis Cluster (default $WILLOW_REDIS)")
-	d.FS.StringVar(&mc.OncallToken, "oncall-token", "", "on-call token (default $WILLOW_ONCALL_TOKEN)")
-	d.FS.StringVar(&mc.LevelsFile, "levels", "", "YAML file of flex level plans")
-	d.FS.StringVar(&mc.AutoFlexPolicy, "auto-flex-policy", "", "YAML file of the auto-flex policy (default: the shipped one, docs/flex.md)")
+// flags are the master's own flags, each setting its key of master:.
+var flags = []daemon.Flag{
+	{Name: "redis", Usage: daemon.RedisUsage},
+	{Name: "console", Usage: "on-call web console listen address; empty: none"},
+	{Name: "oncall-token", Usage: "on-call token (default $WILLOW_ONCALL_TOKEN)"},
+	{Name: "levels", Key: "levels_file", Usage: "YAML file of flex level plans"},
+	{Name: "auto-flex-policy", Usage: "YAML file of the auto-flex policy (default: the shipped one, docs/flex.md)"},
 }
 
 // serve starts the master and serves until ctx is done.
-func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
-	mc := &f.Master
-	if err := d.Secret(&mc.OncallToken, "WILLOW_ONCALL_TOKEN", "on-call token"); err != nil {
+func serve(ctx context.Context, d *daemon.Daemon, f *daemon.File[section]) error {
+	mc := &f.Service
+	if err := d.Secret(&mc.Config.OncallToken, "WILLOW_ONCALL_TOKEN", "on-call token"); err != nil {
 		return err
 	}
 	rdb, err := d.Redis(&mc.Redis)
@@ -59,6 +55,6 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 }
 
 // run is the master binary.
-var run = daemon.Service("master", flags, serve)
+var run = daemon.Service("master", daemon.NodeOnly, flags, serve)
 
 func main() { daemon.Main(run) }

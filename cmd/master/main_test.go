@@ -13,9 +13,9 @@ import (
 
 func TestMainServesFromConfigFile(t *testing.T) {
 	r := testenv.StartRedis(t)
-	cfg := daemontest.WriteFile(t, "master.yaml", "node:\n  id: master-7\n  grpc: 127.0.0.1:0\nmaster:\n  redis: "+r.URL+
-		"\n  oncall_token: secret\n  missed_after: 2s\n  flap_memory: 1m\n  probe_timeout: 300ms\n  probe_failures: 4\n  entry_ttl: 2m\n")
-	n, h := daemontest.Start(t, run, nil, "-config", cfg, "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0")
+	cfg := "node:\n  id: master-7\n  grpc: 127.0.0.1:0\nmaster:\n  redis: " + r.URL +
+		"\n  oncall_token: secret\n  missed_after: 2s\n  flap_memory: 1m\n  probe_timeout: 300ms\n  probe_failures: 4\n  entry_ttl: 2m\n"
+	n, h := daemontest.StartWithConfig(t, run, cfg, "-admin", "127.0.0.1:0", "-console", "127.0.0.1:0")
 	if n.Config().ID != "master-7" {
 		t.Fatalf("node id %q, want master-7 from the config file", n.Config().ID)
 	}
@@ -82,5 +82,5 @@ func TestMainBadRedisURL(t *testing.T) {
 }
 
 func TestConfigFile(t *testing.T) {
-	daemontest.ConfigFile(t, "master", &file{}, "Master.Config.Operators")
+	daemontest.ConfigFile(t, run, "Master.WithRedis.Config.Operators")
 }

@@ -17,21 +17,12 @@ import (
 	"willow/timeline"
 )
 
-type file struct {
-	daemon.Sections `yaml:",inline"`
-	Timeline        struct {
-		timeline.Config `yaml:",inline"`
-		Redis           string `yaml:"redis"` // default $WILLOW_REDIS
-	} `yaml:"timeline"`
-}
-
-func flags(d *daemon.Daemon, f *file) {
-	d.FS.StringVar(&f.Timeline.Redis, "redis", "", "Redis URL: redis://host:port/db, or redis-cluster://h1:port,h2:port,... for a Redis Cluster (default $WILLOW_REDIS)")
-}
+// section is the timeline: section of the config file.
+type section = daemon.WithRedis[timeline.Config]
 
 // serve starts the service and serves until ctx is done.
-func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
-	tc := &f.Timeline
+func serve(ctx context.Context, d *daemon.Daemon, f *daemon.File[section]) error {
+	tc := &f.Service
 	rdb, err := d.Redis(&tc.Redis)
 	if err != nil {
 		return err
@@ -52,6 +43,6 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 }
 
 // run is the timeline binary.
-var run = daemon.Service("timeline", flags, serve)
+var run = daemon.Service("timeline", daemon.NodeOnly, []daemon.Flag{{Name: "redis", Usage: daemon.RedisUsage}}, serve)
 
 func main() { daemon.Main(run) }

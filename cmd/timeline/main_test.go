@@ -5,14 +5,11 @@ import (
 	"time"
 
 	"willow/cmd/internal/daemontest"
-	"willow/internal/testenv"
 	willowv1 "willow/proto/willow/v1"
 )
 
 func TestRunFromConfigFile(t *testing.T) {
-	r := testenv.StartRedis(t)
-	cfg := daemontest.WriteFile(t, "timeline.yaml", "node:\n  id: tl-9\n  region: b\ntimeline:\n  redis: "+r.URL+"\n  key_prefix: \"t9:\"\n  max_inbox: 5\n  idle_interval: 50ms\n")
-	n, _ := daemontest.Start(t, run, nil, "-config", cfg)
+	n, _, r := daemontest.StartOnRedis(t, run, "node:\n  id: tl-9\n  region: b\ntimeline:\n  key_prefix: \"t9:\"\n  max_inbox: 5\n  idle_interval: 50ms\n")
 	if n.Config().ID != "tl-9" || n.Config().Region != "b" {
 		t.Errorf("node config %+v", n.Config())
 	}
@@ -43,5 +40,5 @@ func TestBadFlags(t *testing.T) {
 }
 
 func TestConfigFile(t *testing.T) {
-	daemontest.ConfigFile(t, "timeline", &file{})
+	daemontest.ConfigFile(t, run)
 }

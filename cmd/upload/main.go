@@ -11,40 +11,35 @@ package main
 import (
 	"cmp"
 	"context"
-	"strings"
 
 	"willow/cmd/internal/daemon"
-	"willow/limits"
 	"willow/upload"
 )
 
-type file struct {
-	daemon.StoreSections `yaml:",inline"`
-	Limits               limits.Limits `yaml:"limits"`
-	Upload               struct {
-		upload.Config `yaml:",inline"`
-		Secret        string            `yaml:"secret"`   // the upload-token secret; default $WILLOW_UPLOAD_SECRET
-		PoolDir       string            `yaml:"pool_dir"` // pool1/ and pool2/ under it; empty: no pools
-		Redis         string            `yaml:"redis"`    // the compress journal; default $WILLOW_REDIS, none: in the staging dir
-		HTTP          upload.HTTPConfig `yaml:"http"`
-	} `yaml:"upload"`
+// section is the upload: section of the config file.
+type section struct {
+	upload.Config `yaml:",inline"`
+	Secret        string            `yaml:"secret"`   // the upload-token secret; default $WILLOW_UPLOAD_SECRET
+	PoolDir       string            `yaml:"pool_dir"` // pool1/ and pool2/ under it; empty: no pools
+	Redis         string            `yaml:"redis"`    // the compress journal; default $WILLOW_REDIS, none: in the staging dir
+	HTTP          upload.HTTPConfig `yaml:"http"`
 }
 
-func flags(d *daemon.Daemon, f *file) {
-	u := &f.Upload
-	d.FS.StringVar(&u.Redis, "redis", "", "Redis URL for the compress journal: redis://host:port/db or redis-cluster://h1:port,h2:port,... (default $WILLOW_REDIS; none: journal in the staging dir)")
-	d.FS.StringVar(&u.Secret, "secret", "", "upload-token HMAC secret (default $WILLOW_UPLOAD_SECRET)")
-	d.FS.StringVar(&u.StagingDir, "staging", "", "staging directory (required)")
-	d.FS.StringVar(&u.PoolDir, "pool-dir", "", "buffer pool directory (pool1/, pool2/); empty disables the pools")
-	d.FS.StringVar(&u.HTTP.Addr, "http", "", "listen address of the tus / IETF resumable-upload HTTP endpoint (default 127.0.0.1:0)")
-	d.FS.Func("cors-origins", "comma-separated origins browsers may upload from over HTTP (* for any)", func(v string) error { u.HTTP.CORSOrigins = strings.Split(v, ","); return nil })
-	d.FS.BoolVar(&u.RetireKeepPool1, "retire-keep-pool1", false, "on SIGTERM, keep pool 1 in place (its volume comes back) instead of draining it; pool 2 is always drained")
-	d.FS.DurationVar(&u.CommitWait, "commit-wait", 0, "how long Commit waits for the first compress attempt to list variants (default 5s, at most the compress timeout; negative: do not wait)")
+// flags are the front's own flags, each setting its key of upload:.
+var flags = []daemon.Flag{
+	{Name: "redis", Usage: "Redis URL for the compress journal: redis://host:port/db or redis-cluster://h1:port,h2:port,... (default $WILLOW_REDIS; none: journal in the staging dir)"},
+	{Name: "secret", Usage: "upload-token HMAC secret (default $WILLOW_UPLOAD_SECRET)"},
+	{Name: "staging", Usage: "staging directory (required)"},
+	{Name: "pool-dir", Usage: "buffer pool directory (pool1/, pool2/); empty disables the pools"},
+	{Name: "http", Key: "http.addr", Usage: "listen address of the tus / IETF resumable-upload HTTP endpoint (default 127.0.0.1:0)"},
+	{Name: "cors-origins", Key: "http.cors_origins", Usage: "comma-separated origins browsers may upload from over HTTP (* for any)"},
+	{Name: "retire-keep-pool1", Usage: "on SIGTERM, keep pool 1 in place (its volume comes back) instead of draining it; pool 2 is always drained"},
+	{Name: "commit-wait", Usage: "how long Commit waits for the first compress attempt to list variants (default 5s, at most the compress timeout; negative: do not wait)"},
 }
 
 // serve starts the front and serves until ctx is done.
-func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
-	u := &f.Upload
+func serve(ctx context.Context, d *daemon.Daemon, f *daemon.File[section]) error {
+	u := &f.Service
 	if err := d.Secret(&u.Secret, "WILLOW_UPLOAD_SECRET", "upload secret"); err != nil {
 		return err
 	}
@@ -75,6 +70,6 @@ func serve(ctx context.Context, d *daemon.Daemon, f *file) error {
 }
 
 // run is the upload binary.
-var run = daemon.Service("upload", flags, serve)
+var run = daemon.Service("upload", daemon.Store|daemon.Limits, flags, serve)
 
 func main() { daemon.Main(run) }

@@ -15,13 +15,13 @@ import (
 
 func TestRunServesUpload(t *testing.T) {
 	dir := t.TempDir()
-	cfg := daemontest.WriteFile(t, "upload.yaml", "node:\n  region: a\nupload:\n  staging: "+filepath.Join(dir, "staging")+"\n  pool_dir: "+filepath.Join(dir, "pools")+
-		"\n  committed_ttl: 2h\n  sync_every: 1048576\n  poll_interval: 100ms\n  journal_key: \"{j}:c\"\nstore:\n  dir: "+filepath.Join(dir, "store")+"\n")
+	cfg := "node:\n  region: a\nupload:\n  staging: " + filepath.Join(dir, "staging") + "\n  pool_dir: " + filepath.Join(dir, "pools") +
+		"\n  committed_ttl: 2h\n  sync_every: 1048576\n  poll_interval: 100ms\n  journal_key: \"{j}:c\"\nstore:\n  dir: " + filepath.Join(dir, "store") + "\n"
 	ops := filepath.Join(dir, "operators.yaml")
 	if err := os.WriteFile(ops, []byte(auth.OperatorLine("ops", "op-token", auth.RoleRead)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n, _ := daemontest.Start(t, run, nil, "-config", cfg, "-secret", "s", "-operators", ops)
+	n, _ := daemontest.StartWithConfig(t, run, cfg, "-secret", "s", "-operators", ops)
 	if n.Config().ID != "upload-a-1" {
 		t.Fatalf("id %q", n.Config().ID)
 	}
@@ -49,5 +49,5 @@ func TestRunRefuses(t *testing.T) {
 }
 
 func TestConfigFile(t *testing.T) {
-	daemontest.ConfigFile(t, "upload", &file{}, "Upload.Config.Secret", "Upload.Config.Limits", "Upload.Config.Logger")
+	daemontest.ConfigFile(t, run, "Upload.Config.Secret", "Upload.Config.Limits", "Upload.Config.Logger")
 }

@@ -1,14 +1,19 @@
 // Package daemon is what Willow's service mains share, so that each main
 // only names its service's own section and flags:
 //
-//   - the binary (Service, Main): a main declares its role, its config
-//     file type (embedding Sections or StoreSections), the flags bound into
-//     it and how it builds and serves the service; Service makes the
+//   - the binary (Service, Main): a main declares its role, the shared
+//     sections its config file has (Has: Store, Limits), its own section's
+//     type (the service's Config, or a struct inlining it, WithRedis), its
+//     flags and how it builds and serves the service; Service makes the
 //     Daemon, parses, and closes what it opened;
-//   - the config file: -config FILE is decoded strictly (an unknown key is
-//     an error) straight into the main's file type, whose sections are the
-//     services' own Config types (their yaml tags); the flags given on the
-//     command line then override it (Daemon.Parse);
+//   - the config file (File): -config FILE is decoded strictly (an unknown
+//     key, or a section the service does not have, is an error) straight
+//     into the sections, which are the services' own Config types (their
+//     yaml tags); the flags given on the command line then override it
+//     (Daemon.Parse);
+//   - the flags: every flag is a row of a table (Flag) naming the config
+//     key it sets, its type the key's, so a flag and its key are declared
+//     once, together;
 //   - the node: section (NodeSection: node.Config plus the credentials)
 //     and its flags (-id, -region, -grpc, -admin, -advertise,
 //     -advertise-http, -master, -tls-cert, -tls-key, -tls-ca,
@@ -126,9 +131,15 @@ func (d *Daemon) Secret(dst *string, k, what string) error {
 // environment.
 func (d *Daemon) Parse(args []string, file any, ns *NodeSection, st *StoreConfig) error {
 	d.ns, d.st = ns, st
-	d.nodeFlags(ns)
+	if err := d.bind("node", nodeFlags(d.role), ns); err != nil {
+		return err
+	}
+	d.tlsFlags()
 	if st != nil {
-		d.storeFlags(st)
+		if err := d.bind("store", storeFlags, st); err != nil {
+			return err
+		}
+		d.s3SecretFlags(st)
 	}
 	if err := d.FS.Parse(args); err != nil {
 		return err

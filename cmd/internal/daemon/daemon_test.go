@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -210,4 +211,46 @@ func writeFile(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestServiceFileAndFlags: a service's config file has node:, the shared
+// sections the service declares and its own section under its role, and no
+// other; each flag of its table sets its key (nested, typed from the
+// field); a flag naming a key the section lacks is refused.
+func TestServiceFileAndFlags(t *testing.T) {
+	type section struct {
+		Addr   string `yaml:"addr"`
+		Nested struct {
+			Items []string      `yaml:"items"`
+			Wait  time.Duration `yaml:"wait"`
+		} `yaml:"nested"`
+	}
+	flags := []daemon.Flag{{Name: "addr", Usage: "u"}, {Name: "items", Key: "nested.items", Usage: "u"}, {Name: "wait", Key: "nested.wait", Usage: "u"}}
+	run := func(has daemon.Has, flags []daemon.Flag, args ...string) (*daemon.File[section], error) {
+		var got *daemon.File[section]
+		bin := daemon.Service("svc", has, flags, func(_ context.Context, _ *daemon.Daemon, f *daemon.File[section]) error { got = f; return nil })
+		err := bin.Run(context.Background(), daemon.Process{Stderr: io.Discard}, args)
+		return got, err
+	}
+	cfg := writeFile(t, "node:\n  region: a\nsvc:\n  addr: from-file\n  nested:\n    wait: 2s\n")
+	f, err := run(daemon.NodeOnly, flags, "-config", cfg, "-items", "x,y")
+	if err != nil || f.Node.Region != "a" || f.Service.Addr != "from-file" || f.Service.Nested.Wait != 2*time.Second || strings.Join(f.Service.Nested.Items, "+") != "x+y" {
+		t.Fatalf("file %+v, %v", f, err)
+	}
+	if f, err := run(daemon.NodeOnly, flags, "-config", cfg, "-addr", "from-flag", "-wait", "3s"); err != nil || f.Service.Addr != "from-flag" || f.Service.Nested.Wait != 3*time.Second {
+		t.Errorf("flags over the file: %+v, %v", f, err)
+	}
+	withStore := writeFile(t, "store:\n  dir: /s\nlimits:\n  max_image_bytes: 5\n")
+	if _, err := run(daemon.NodeOnly, flags, "-config", withStore); err == nil || !strings.Contains(err.Error(), "store") {
+		t.Errorf("store: in a file without one: %v, want it refused", err)
+	}
+	if _, err := run(daemon.Store, flags, "-config", withStore); err == nil || !strings.Contains(err.Error(), "limits") {
+		t.Errorf("limits: in a file without one: %v, want it refused", err)
+	}
+	if f, err := run(daemon.Store|daemon.Limits, flags, "-config", withStore); err != nil || f.Store.Dir != "/s" || f.Limits.MaxImageBytes != 5 {
+		t.Errorf("store: and limits: %+v, %v", f, err)
+	}
+	if _, err := run(daemon.NodeOnly, []daemon.Flag{{Name: "nope", Usage: "u"}}); err == nil || !strings.Contains(err.Error(), "-nope") {
+		t.Errorf("flag without a key: %v", err)
+	}
 }

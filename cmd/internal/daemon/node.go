@@ -34,26 +34,35 @@ type NodeSection struct {
 	UploadSecret string `yaml:"upload_secret"`
 }
 
-// nodeFlags registers the node: section's flags on FS, bound to ns.
-func (d *Daemon) nodeFlags(ns *NodeSection) {
-	fs := d.FS
-	fs.StringVar(&ns.ID, "id", "", "node ID (default ROLE-REGION-1; the master's master-1)")
-	fs.StringVar(&ns.GRPCAddr, "grpc", "", "gRPC listen address (default 127.0.0.1:0)")
-	fs.StringVar(&ns.AdminAddr, "admin", "", "admin HTTP listen address: /metrics, /healthz (default 127.0.0.1:0)")
-	fs.StringVar(&ns.Advertise, "advertise", "", "gRPC HOST:PORT registered with the master, given to clients and peers (default $POD_IP with the -grpc port; required when -grpc binds 0.0.0.0 or [::] without $POD_IP)")
-	if d.role == "edgecache" || d.role == "upload" { // the edge's HTTP GETs, the front's tus/IETF uploads
-		fs.StringVar(&ns.AdvertiseHTTP, "advertise-http", "", "HTTP HOST:PORT registered with the master (default $POD_IP with the -http port; required when -http binds 0.0.0.0 or [::] without $POD_IP)")
+// nodeFlags are the node: section's flags (NodeSection's keys) for role:
+// -advertise-http for the roles that serve HTTP (the edge's GETs, the
+// front's tus/IETF uploads), -region and -master for every role but the
+// master.
+func nodeFlags(role string) []Flag {
+	fl := []Flag{
+		{Name: "id", Usage: "node ID (default ROLE-REGION-1; the master's master-1)"},
+		{Name: "grpc", Usage: "gRPC listen address (default 127.0.0.1:0)"},
+		{Name: "admin", Usage: "admin HTTP listen address: /metrics, /healthz (default 127.0.0.1:0)"},
+		{Name: "advertise", Usage: "gRPC HOST:PORT registered with the master, given to clients and peers (default $POD_IP with the -grpc port; required when -grpc binds 0.0.0.0 or [::] without $POD_IP)"},
+		{Name: "cluster-secret", Usage: "cluster secret nodes authenticate with when not on mutual TLS (default $WILLOW_CLUSTER_SECRET)"},
+		{Name: "operators", Usage: "file of named operator identities, name: {sha256, roles} (default $WILLOW_OPERATORS)"},
+		{Name: "upload-secret", Usage: "upload-token HMAC secret clients' calls are verified with (default $WILLOW_UPLOAD_SECRET)"},
 	}
-	if d.role != "master" {
-		fs.StringVar(&ns.Region, "region", "", "region (required)")
-		fs.StringVar(&ns.MasterAddr, "master", "", "master gRPC address(es), comma-separated (default $WILLOW_MASTER); empty runs without a master")
+	if role == "edgecache" || role == "upload" {
+		fl = append(fl, Flag{Name: "advertise-http", Usage: "HTTP HOST:PORT registered with the master (default $POD_IP with the -http port; required when -http binds 0.0.0.0 or [::] without $POD_IP)"})
 	}
-	fs.StringVar(&d.tls[0], "tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
-	fs.StringVar(&d.tls[1], "tls-key", "", "PEM private key of -tls-cert")
-	fs.StringVar(&d.tls[2], "tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
-	fs.StringVar(&ns.ClusterSecret, "cluster-secret", "", "cluster secret nodes authenticate with when not on mutual TLS (default $WILLOW_CLUSTER_SECRET)")
-	fs.StringVar(&ns.Operators, "operators", "", "file of named operator identities, name: {sha256, roles} (default $WILLOW_OPERATORS)")
-	fs.StringVar(&ns.UploadSecret, "upload-secret", "", "upload-token HMAC secret clients' calls are verified with (default $WILLOW_UPLOAD_SECRET)")
+	if role != "master" {
+		fl = append(fl, Flag{Name: "region", Usage: "region (required)"},
+			Flag{Name: "master", Usage: "master gRPC address(es), comma-separated (default $WILLOW_MASTER); empty runs without a master"})
+	}
+	return fl
+}
+
+// tlsFlags registers the TLS flags, which have no config keys.
+func (d *Daemon) tlsFlags() {
+	d.FS.StringVar(&d.tls[0], "tls-cert", "", "PEM certificate: serve gRPC over TLS (with -tls-key)")
+	d.FS.StringVar(&d.tls[1], "tls-key", "", "PEM private key of -tls-cert")
+	d.FS.StringVar(&d.tls[2], "tls-ca", "", "PEM CA bundle: verify servers with it and require client certificates (mutual TLS)")
 }
 
 // ErrNoNodeCredentials is returned by Node for a node that would run

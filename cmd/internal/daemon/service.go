@@ -10,60 +10,50 @@ import (
 	"syscall"
 )
 
-// Sections are the sections of the config file every service has: node:.
-// A service's file type embeds them (yaml:",inline"), or StoreSections
-// when it has an object store, next to its own section.
-type Sections struct {
-	Node NodeSection `yaml:"node"`
-}
-
-// StoreSections are Sections plus store:, for the services with an object
-// store (upload, compress, edgecache).
-type StoreSections struct {
-	Node  NodeSection `yaml:"node"`
-	Store StoreConfig `yaml:"store"`
-}
-
-func (s *Sections) sections() (*NodeSection, *StoreConfig)      { return &s.Node, nil }
-func (s *StoreSections) sections() (*NodeSection, *StoreConfig) { return &s.Node, &s.Store }
-
-// File is a service's config file type: a struct embedding Sections or
-// StoreSections.
-type File interface {
-	sections() (*NodeSection, *StoreConfig)
-}
-
 // Binary is one service binary (Service): its role and how it runs. Main
 // runs it in this process; tests run it with Run.
 type Binary struct {
 	role string
 	run  func(ctx context.Context, p Process, args []string) error
+	doc  func() any
 }
 
 // Run runs the binary with args in p until ctx is done; errors are the
 // flags', the config file's, the service's constructor's and serving's.
 func (b Binary) Run(ctx context.Context, p Process, args []string) error { return b.run(ctx, p, args) }
 
-// Service is the binary of the service role, whose config file type is F:
-// a run makes the Daemon (New), binds the service's own flags into a new
-// F (flags, before any parsing), parses the arguments and -config (Parse,
-// with F's node: and store: sections), then builds and serves the service
-// (serve, which starts the node with Daemon.Start and ends with
-// Daemon.Serve), and closes what the Daemon opened.
-func Service[F any, P interface {
-	*F
-	File
-}](role string, flags func(d *Daemon, f P), serve func(ctx context.Context, d *Daemon, f P) error) Binary {
-	return Binary{role: role, run: func(ctx context.Context, p Process, args []string) error {
-		d, f := New(role, p), P(new(F))
-		flags(d, f)
-		ns, st := f.sections()
-		if err := d.Parse(args, f, ns, st); err != nil {
+// Role is the binary's role, the name of its own config file section.
+func (b Binary) Role() string { return b.role }
+
+// ConfigDoc returns a new, empty document of the binary's config file:
+// what -config is decoded into (a pointer to a struct with one field per
+// section, File.doc), for tests of the file format.
+func (b Binary) ConfigDoc() any { return b.doc() }
+
+// Service is the binary of the service role, whose config file is
+// File[S] with the shared sections has names: a run makes the Daemon
+// (New), binds flags to keys of the service's section S and the shared
+// sections' flags to theirs, parses the arguments and -config (Parse),
+// then builds and serves the service (serve, which starts the node with
+// Daemon.Start and ends with Daemon.Serve), and closes what the Daemon
+// opened. A flag naming a key S lacks is an error.
+func Service[S any](role string, has Has, flags []Flag, serve func(ctx context.Context, d *Daemon, f *File[S]) error) Binary {
+	run := func(ctx context.Context, p Process, args []string) error {
+		d, f := New(role, p), new(File[S])
+		if err := d.bind(role, flags, &f.Service); err != nil {
+			return err
+		}
+		var st *StoreConfig
+		if has&Store != 0 {
+			st = &f.Store
+		}
+		if err := d.Parse(args, f.doc(role, has), &f.Node, st); err != nil {
 			return err
 		}
 		defer d.Close()
 		return serve(ctx, d, f)
-	}}
+	}
+	return Binary{role: role, run: run, doc: func() any { return new(File[S]).doc(role, has) }}
 }
 
 // Main runs b in this process (its stderr and environment) with a

@@ -34,18 +34,23 @@ type S3Config struct {
 	PartSize      int64  `yaml:"part_size"`
 }
 
-// storeFlags registers the store: section's flags on FS, bound to st.
-func (d *Daemon) storeFlags(st *StoreConfig) {
-	fs := d.FS
-	fs.StringVar(&st.Dir, "store", "", "directory store root")
-	fs.StringVar(&st.S3.Endpoint, "s3-endpoint", "", "S3 endpoint host:port (instead of -store; default $WILLOW_S3_ENDPOINT)")
-	fs.StringVar(&st.S3.Bucket, "s3-bucket", "", "S3 bucket (default $WILLOW_S3_BUCKET)")
-	fs.StringVar(&st.S3.AccessKey, "s3-access-key", "", "S3 access key (default $WILLOW_S3_ACCESS_KEY)")
-	fs.Func("s3-secret-key", "S3 secret key; visible in ps: prefer $WILLOW_S3_SECRET_KEY or -s3-secret-key-file", func(v string) error {
+// storeFlags are the store: section's flags (StoreConfig's keys) but
+// the S3 secret key's (s3SecretFlags).
+var storeFlags = []Flag{
+	{Name: "store", Key: "dir", Usage: "directory store root"},
+	{Name: "s3-endpoint", Key: "s3.endpoint", Usage: "S3 endpoint host:port (instead of -store; default $WILLOW_S3_ENDPOINT)"},
+	{Name: "s3-bucket", Key: "s3.bucket", Usage: "S3 bucket (default $WILLOW_S3_BUCKET)"},
+	{Name: "s3-access-key", Key: "s3.access_key", Usage: "S3 access key (default $WILLOW_S3_ACCESS_KEY)"},
+}
+
+// s3SecretFlags registers -s3-secret-key and -s3-secret-key-file, bound
+// to st; storeEnv refuses both given.
+func (d *Daemon) s3SecretFlags(st *StoreConfig) {
+	d.FS.Func("s3-secret-key", "S3 secret key; visible in ps: prefer $WILLOW_S3_SECRET_KEY or -s3-secret-key-file", func(v string) error {
 		st.S3.SecretKey, d.s3Flag = v, true
 		return nil
 	})
-	fs.Func("s3-secret-key-file", "file holding the S3 secret key (a mounted Secret)", func(v string) error {
+	d.FS.Func("s3-secret-key-file", "file holding the S3 secret key (a mounted Secret)", func(v string) error {
 		st.S3.SecretKey, st.S3.SecretKeyFile, d.s3FileFlag = "", v, true
 		return nil
 	})

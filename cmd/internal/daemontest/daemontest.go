@@ -23,6 +23,7 @@ import (
 
 	"willow/auth"
 	"willow/cmd/internal/daemon"
+	"willow/internal/testenv"
 	"willow/node"
 )
 
@@ -113,6 +114,23 @@ func Start(t *testing.T, run Run, env Env, args ...string) (*node.Node, map[stri
 	return nil, nil
 }
 
+// StartWithConfig is Start with -config naming a file ROLE.yaml holding
+// body (in the test's temporary directory), then args.
+func StartWithConfig(t *testing.T, run Run, body string, args ...string) (*node.Node, map[string]string) {
+	t.Helper()
+	return Start(t, run, nil, append([]string{"-config", WriteFile(t, run.Role()+".yaml", body)}, args...)...)
+}
+
+// StartOnRedis starts a Redis server (testenv.StartRedis) and run on it:
+// StartWithConfig with $WILLOW_REDIS set to the server's URL. It returns
+// the node, its other HTTP listeners and the server.
+func StartOnRedis(t *testing.T, run Run, body string, args ...string) (*node.Node, map[string]string, *testenv.Redis) {
+	t.Helper()
+	r := testenv.StartRedis(t)
+	n, h := Start(t, run, Env{"WILLOW_REDIS": r.URL}, append([]string{"-config", WriteFile(t, run.Role()+".yaml", body)}, args...)...)
+	return n, h, r
+}
+
 // WriteFile writes a config file into the test's temporary directory and
 // returns its path.
 func WriteFile(t *testing.T, name, body string) string {
@@ -178,6 +196,11 @@ func (f *filler) fill(t *testing.T, v reflect.Value, path string) {
 		return
 	}
 	switch v.Kind() {
+	case reflect.Pointer: // a section of daemon.File's document
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		f.fill(t, v.Elem(), path)
 	case reflect.Struct:
 		for i := range v.NumField() {
 			sf := v.Type().Field(i)
@@ -248,7 +271,7 @@ func ConfigMap(t *testing.T, role string, file any) {
 }
 
 // NodeUnset are the fields of the node: section (daemon.NodeSection, in
-// a file type's field Node) that a config file does not set: the node
+// the config document's field Node) that a config file does not set: the node
 // runtime's fields set by code.
 var NodeUnset = []string{"Node.Config.Role", "Node.Config.HTTPAddr", "Node.Config.AdvertiseHost", "Node.Config.Logger",
 	"Node.Config.Unary", "Node.Config.Stream", "Node.Config.TLS", "Node.Config.ClientTLS", "Node.Config.Auth",
@@ -295,24 +318,13 @@ func Refuses(t *testing.T, run Run, env Env, cases []Refusal) {
 	}
 }
 
-// ConfigFile checks the role's config file type (file, a pointer to its
-// zero value, embedding daemon.Sections or daemon.StoreSections): RoundTrip
-// with the node: section's NodeUnset and the service's own unset fields,
-// and ConfigMap.
-func ConfigFile(t *testing.T, role string, file any, unset ...string) {
+// ConfigFile checks the config file of a main's binary (its
+// daemon.Binary.ConfigDoc, fields named for the sections: Node, Store,
+// Limits, and the role capitalised): RoundTrip with the node: section's
+// NodeUnset and the service's own unset fields (as
+// "Master.Config.Operators"), and ConfigMap.
+func ConfigFile(t *testing.T, run Run, unset ...string) {
 	t.Helper()
-	typ := reflect.TypeOf(file).Elem()
-	prefix := ""
-	for i := range typ.NumField() {
-		if sf := typ.Field(i); sf.Anonymous {
-			if _, ok := sf.Type.FieldByName("Node"); ok {
-				prefix = sf.Name + "."
-			}
-		}
-	}
-	for _, u := range NodeUnset {
-		unset = append(unset, prefix+u)
-	}
-	RoundTrip(t, file, unset...)
-	ConfigMap(t, role, file)
+	RoundTrip(t, run.ConfigDoc(), append(unset, NodeUnset...)...)
+	ConfigMap(t, run.Role(), run.ConfigDoc())
 }
