@@ -1,16 +1,23 @@
 package flex
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // Business is one business of the product (DESIGN.md section 3): the
 // shed_ratio.BUSINESS knob exists for it, the upload front accepts it, and
 // the shedder ranks its requests by Priority (1 = highest). Public
 // downloads are served by an edge without a signed URL; every other
 // business's downloads are signed (edgecache.Config.URLKeys).
+// MaxVideoDuration, when set, is the business's default video duration
+// limit (package limits; the limits: section's max_video_duration
+// overrides it); unset, the business gets limits' default.
 type Business struct {
-	Name     string
-	Priority int
-	Public   bool
+	Name             string
+	Priority         int
+	Public           bool
+	MaxVideoDuration time.Duration
 }
 
 // DefaultBusiness is the business of a request that names none.
@@ -18,9 +25,9 @@ const DefaultBusiness = "moments"
 
 // businessTable is the one list of businesses. Adding a business here
 // adds its shed_ratio knob, makes the upload front accept it and gives it
-// its admission priority.
+// its admission priority and its video duration limit.
 var businessTable = []Business{
-	{Name: "moments", Priority: 1},
+	{Name: "moments", Priority: 1, MaxVideoDuration: 60 * time.Second}, // short videos
 	{Name: "comment", Priority: 2},
 	{Name: "avatar", Priority: 3, Public: true},
 	{Name: "prefetch", Priority: 4},

@@ -5,11 +5,17 @@
 // CONVENTIONS.md rule 13). Both services take a Limits in their Config,
 // and both mains read it from the same top-level `limits:` section of
 // their config file; deploy/local and `willow up` pass one value to both.
+// A business's own video duration limit is a column of the business
+// table (flex.Business.MaxVideoDuration), so a business is added in one
+// place.
 package limits
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	"willow/flex"
 )
 
 // Defaults of Limits.
@@ -23,11 +29,9 @@ const (
 	// phone main cameras and below the 45-50 MP of full-resolution modes,
 	// which the decoder would need gigabytes of memory for at a peak.
 	DefaultMaxPixels = 40_000_000
-	// DefaultMaxVideoDuration is the duration limit of a business not
-	// listed in MaxVideoDuration.
+	// DefaultMaxVideoDuration is the duration limit of a business with
+	// none of its own (flex.Business.MaxVideoDuration, MaxVideoDuration).
 	DefaultMaxVideoDuration = 5 * time.Minute
-	// DefaultMomentsVideoDuration is the short-video limit of moments.
-	DefaultMomentsVideoDuration = 60 * time.Second
 )
 
 // Limits are the size, pixel and duration limits of media. The zero value
@@ -41,8 +45,9 @@ type Limits struct {
 	// default DefaultMaxPixels.
 	MaxPixels int64 `yaml:"max_pixels"`
 	// MaxVideoDuration is the video duration limit per business, read
-	// from the container header; a business not listed gets
-	// DefaultVideoDuration. Default: moments 60 s.
+	// from the container header; a business not listed gets its own
+	// default (flex.Business.MaxVideoDuration: moments 60 s), else
+	// DefaultVideoDuration. A key that is not a business is an error.
 	MaxVideoDuration map[string]time.Duration `yaml:"max_video_duration"`
 	// DefaultVideoDuration is the limit of businesses not in
 	// MaxVideoDuration; default DefaultMaxVideoDuration.
@@ -67,7 +72,12 @@ func (l Limits) WithDefaults() Limits {
 	if l.DefaultVideoDuration <= 0 {
 		l.DefaultVideoDuration = DefaultMaxVideoDuration
 	}
-	m := map[string]time.Duration{"moments": DefaultMomentsVideoDuration}
+	m := map[string]time.Duration{}
+	for _, b := range flex.Businesses() {
+		if b.MaxVideoDuration > 0 {
+			m[b.Name] = b.MaxVideoDuration
+		}
+	}
 	for b, d := range l.MaxVideoDuration {
 		m[b] = d
 	}
@@ -75,12 +85,16 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-// Validate reports a negative limit.
+// Validate reports a negative limit, and a video duration limit for a
+// business the business table (package flex) does not have.
 func (l Limits) Validate() error {
 	if l.MaxImageBytes < 0 || l.MaxVideoBytes < 0 || l.MaxPixels < 0 || l.DefaultVideoDuration < 0 {
 		return fmt.Errorf("limits: negative limit in %+v", l)
 	}
 	for b, d := range l.MaxVideoDuration {
+		if !flex.KnownBusiness(b) {
+			return fmt.Errorf("limits: max_video_duration names %q, not a business (known: %s)", b, strings.Join(flex.BusinessNames(), ", "))
+		}
 		if d < 0 {
 			return fmt.Errorf("limits: negative video duration for %q", b)
 		}

@@ -1,6 +1,7 @@
 package limits_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,9 @@ func TestDefaultsAndValidate(t *testing.T) {
 	}
 	if err := (limits.Limits{MaxPixels: -1}).Validate(); err == nil {
 		t.Fatal("negative MaxPixels accepted")
+	}
+	if err := (limits.Limits{MaxVideoDuration: map[string]time.Duration{"momnets": time.Second}}).Validate(); err == nil || !strings.Contains(err.Error(), `"momnets", not a business`) {
+		t.Fatalf("a duration for an unknown business: %v", err)
 	}
 	custom := limits.Limits{MaxPixels: 10}.WithDefaults()
 	if custom.MaxPixels != 10 {
