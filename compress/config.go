@@ -40,11 +40,17 @@ const (
 	// DefaultHEICTune is the x265 tune: ssim (also libheif's own default),
 	// the fair one when the quality is chosen by SSIM (BenchmarkHEICvsJPEG).
 	DefaultHEICTune = "ssim"
+	// DefaultHEICThumbJPEG: the thumb of a HEIC task is HEIC (negative), or
+	// JPEG at this quality (positive).
+	DefaultHEICThumbJPEG = -1
 	// DefaultX264Preset is the libx264 preset of video transcodes.
 	DefaultX264Preset = "veryfast"
 	// MaxVideoLongEdge is the long edge of the video variant.
 	MaxVideoLongEdge = 1280
 )
+
+// DefaultHEICX265 are the x265 parameters set besides preset and tune.
+var DefaultHEICX265 = []string{}
 
 const (
 	defaultImageQuality = flex.DefaultImageQuality

@@ -46,23 +46,23 @@ func BenchmarkHEICvsJPEG(b *testing.B) {
 		paths = paths[:n]
 	}
 	dir := b.TempDir()
-	type setting struct {
-		name   string
-		codec  flex.ImageCodec
-		q      int
-		preset string
-		tune   string
-		vips   bool
-	}
+	type setting = heicSetting
 	var settings []setting
 	settings = append(settings, setting{name: "jpeg vips (baseline)", codec: flex.CodecJPEG, q: 85, vips: true},
 		setting{name: "jpeg willow", codec: flex.CodecJPEG, q: 85})
-	for _, q := range []int{45, 50, 55, 60, 65} {
-		settings = append(settings, setting{name: "heic", codec: flex.CodecHEIC, q: q, preset: compress.DefaultHEICPreset, tune: "ssim"})
+	if spec := os.Getenv("WILLOW_BENCH_HEIC"); spec != "" {
+		for _, t := range parseTaskSettings(b, spec) {
+			settings = append(settings, setting{name: "heic", codec: flex.CodecHEIC, q: t.opt.Quality, preset: t.opt.HEICPreset,
+				tune: "ssim", x265: t.opt.HEICX265})
+		}
+	} else {
+		for _, q := range []int{45, 50, 55, 60, 65} {
+			settings = append(settings, setting{name: "heic", codec: flex.CodecHEIC, q: q, preset: compress.DefaultHEICPreset, tune: "ssim"})
+		}
+		settings = append(settings,
+			setting{name: "heic", codec: flex.CodecHEIC, q: 55, preset: compress.DefaultHEICPreset, tune: "psnr"},
+			setting{name: "heic", codec: flex.CodecHEIC, q: 60, preset: "ultrafast", tune: "ssim"})
 	}
-	settings = append(settings,
-		setting{name: "heic", codec: flex.CodecHEIC, q: 55, preset: compress.DefaultHEICPreset, tune: "psnr"},
-		setting{name: "heic", codec: flex.CodecHEIC, q: 60, preset: "ultrafast", tune: "ssim"})
 	type sums struct {
 		bytes           int64
 		yY, yAll, rgb   float64
@@ -101,7 +101,7 @@ func BenchmarkHEICvsJPEG(b *testing.B) {
 					}
 				} else {
 					c0 := cpuNow()
-					o, err := compress.Encode(med, media.VariantMedium, compress.ImageOptions{Codec: s.codec, Quality: s.q, HEICPreset: s.preset, HEICTune: s.tune})
+					o, err := compress.Encode(med, media.VariantMedium, compress.ImageOptions{Codec: s.codec, Quality: s.q, HEICPreset: s.preset, HEICTune: s.tune, HEICX265: s.x265})
 					res[i].cpu += cpuNow() - c0
 					if err != nil {
 						b.Fatal(err)
@@ -130,7 +130,7 @@ func BenchmarkHEICvsJPEG(b *testing.B) {
 					res[i].atLeastBaseline++
 				}
 				res[i].rgb += ssimOf(b, dir, ref, compress.Output{Data: data})
-				line = append(line, fmt.Sprintf("%s q%d %s/%s %d B %.4f", s.name, s.q, s.preset, s.tune, len(data), all))
+				line = append(line, fmt.Sprintf("%s q%d %s %d B %.4f", s.name, s.q, s.group(), len(data), all))
 			}
 			n++
 			// Progress on stderr, per photo: a long run cut short still says something.
@@ -145,7 +145,7 @@ func BenchmarkHEICvsJPEG(b *testing.B) {
 	for i, s := range settings {
 		pt, cpu := "", "n/a (vips process)"
 		if s.codec == flex.CodecHEIC {
-			pt = s.preset + " / " + s.tune
+			pt = s.group()
 		}
 		if !s.vips {
 			cpu = fmt.Sprintf("%.0f", res[i].cpu.Seconds()/fn*1000)
@@ -154,31 +154,57 @@ func BenchmarkHEICvsJPEG(b *testing.B) {
 			float64(res[i].bytes)/fn/1024, 100*float64(res[i].bytes)/float64(res[0].bytes),
 			res[i].yY/fn, res[i].yAll/fn, res[i].rgb/fn, res[i].atLeastBaseline, n, cpu)
 	}
-	// The quality at which HEIC (shipped preset, tune ssim) matches the
-	// baseline's mean yuv All SSIM, interpolated linearly between sweep points.
+	// The quality at which each HEIC group (same preset, tune and x265
+	// parameters, qualities rising) matches the baseline's mean yuv All
+	// SSIM, interpolated linearly between sweep points.
 	baseSSIM := res[0].yAll / fn
-	prev := -1
+	last := map[string]int{}
+	done := map[string]bool{}
 	for i, s := range settings {
-		if s.codec != flex.CodecHEIC || s.preset != compress.DefaultHEICPreset || s.tune != "ssim" {
+		g := s.group()
+		if s.codec != flex.CodecHEIC || done[g] {
 			continue
 		}
+		prev, seen := last[g]
+		last[g] = i
 		if cur := res[i].yAll / fn; cur >= baseSSIM {
+			done[g] = true
 			q, by := float64(s.q), float64(res[i].bytes)
-			if prev >= 0 {
+			if seen {
 				ps := res[prev].yAll / fn
 				t := (baseSSIM - ps) / (cur - ps)
 				q = float64(settings[prev].q) + t*float64(s.q-settings[prev].q)
 				by = float64(res[prev].bytes) + t*float64(res[i].bytes-res[prev].bytes)
 			}
-			fmt.Fprintf(&sb, "\nHEIC matches the baseline's SSIM (yuv All %.4f) at quality %.1f: %.1f KiB, %.0f%% of the baseline's bytes\n",
-				baseSSIM, q, by/fn/1024, 100*by/float64(res[0].bytes))
-			b.ReportMetric(q, "heic-q-at-equal-ssim")
-			b.ReportMetric(100*by/float64(res[0].bytes), "heic-%bytes-at-equal-ssim")
-			break
+			fmt.Fprintf(&sb, "\nHEIC %s matches the baseline's SSIM (yuv All %.4f) at quality %.1f: %.1f KiB, %.0f%% of the baseline's bytes\n",
+				g, baseSSIM, q, by/fn/1024, 100*by/float64(res[0].bytes))
+			if s.preset == compress.DefaultHEICPreset && s.x265 == nil {
+				b.ReportMetric(q, "heic-q-at-equal-ssim")
+				b.ReportMetric(100*by/float64(res[0].bytes), "heic-%bytes-at-equal-ssim")
+			}
 		}
-		prev = i
 	}
 	fmt.Println(sb.String())
+}
+
+type heicSetting struct {
+	name   string
+	codec  flex.ImageCodec
+	q      int
+	preset string
+	tune   string
+	x265   []string // nil: compress.DefaultHEICX265
+	vips   bool
+}
+
+// group names a HEIC setting without its quality: preset / tune, and the
+// x265 parameters when set.
+func (s heicSetting) group() string {
+	g := s.preset + " / " + s.tune
+	if len(s.x265) > 0 {
+		g += " " + strings.Join(s.x265, " ")
+	}
+	return g
 }
 
 var ssimYAllRe = regexp.MustCompile(`SSIM Y:([0-9.]+) .* All:([0-9.]+)`)

@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"strings"
 	"unsafe"
 )
 
@@ -52,9 +53,9 @@ func heifErr(op string, e C.struct_heif_error) error {
 }
 
 // encodeHEIC encodes an opaque image as HEIC (HEVC via libheif's x265
-// plugin) at quality 0..100 with the given x265 preset and tune. No
-// metadata is written.
-func encodeHEIC(img *image.NRGBA, quality int, preset, tune string) ([]byte, error) {
+// plugin) at quality 0..100 with the given x265 preset and tune, and x265
+// parameters "name=value" (libheif's "x265:name"). No metadata is written.
+func encodeHEIC(img *image.NRGBA, quality int, preset, tune string, x265 []string) ([]byte, error) {
 	w, h := img.Rect.Dx(), img.Rect.Dy()
 	ctx := C.heif_context_alloc()
 	if ctx == nil {
@@ -70,7 +71,15 @@ func encodeHEIC(img *image.NRGBA, quality int, preset, tune string) ([]byte, err
 	if err := heifErr("set quality", C.heif_encoder_set_lossy_quality(enc, C.int(quality))); err != nil {
 		return nil, err
 	}
-	for _, p := range [...][2]string{{"preset", preset}, {"tune", tune}} {
+	params := [][2]string{{"preset", preset}, {"tune", tune}}
+	for _, kv := range x265 {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("x265 parameter %q: want name=value", kv)
+		}
+		params = append(params, [2]string{"x265:" + k, v})
+	}
+	for _, p := range params {
 		if p[1] == "" {
 			continue
 		}

@@ -52,6 +52,13 @@ type ImageOptions struct {
 	// HEICTune is the x265 tune (ssim, psnr, grain, fastdecode); default
 	// DefaultHEICTune.
 	HEICTune string
+	// HEICX265 are extra x265 parameters, "name=value" (x265's own option
+	// names, passed to libheif as "x265:name"); default DefaultHEICX265.
+	HEICX265 []string
+	// HEICThumbJPEG, when positive, is the JPEG quality the thumb rendition
+	// of a HEIC task is encoded with instead of HEIC; negative keeps it
+	// HEIC; zero means DefaultHEICThumbJPEG.
+	HEICThumbJPEG int
 }
 
 // Output is one encoded variant.
@@ -100,6 +107,12 @@ func (o ImageOptions) withDefaults() ImageOptions {
 	}
 	if o.HEICTune == "" {
 		o.HEICTune = DefaultHEICTune
+	}
+	if o.HEICX265 == nil {
+		o.HEICX265 = DefaultHEICX265
+	}
+	if o.HEICThumbJPEG == 0 {
+		o.HEICThumbJPEG = DefaultHEICThumbJPEG
 	}
 	return o
 }
@@ -155,7 +168,11 @@ func EncodePresets(ctx context.Context, src image.Image, opt ImageOptions) ([]Ou
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("compress image: %w", err)
 		}
-		o, err := Encode(r, Presets[i].Name, opt)
+		ro := opt
+		if opt.Codec == flex.CodecHEIC && Presets[i].Name == media.VariantThumb && opt.HEICThumbJPEG > 0 {
+			ro.Codec, ro.Quality = flex.CodecJPEG, opt.HEICThumbJPEG
+		}
+		o, err := Encode(r, Presets[i].Name, ro)
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +282,7 @@ func Encode(img *image.NRGBA, name string, opt ImageOptions) (Output, error) {
 		}
 		return newOutput(name, string(flex.CodecJPEG), opt.Quality, w, h, "image/jpeg", b), nil
 	case flex.CodecHEIC:
-		b, err := encodeHEIC(img, opt.Quality, opt.HEICPreset, opt.HEICTune)
+		b, err := encodeHEIC(img, opt.Quality, opt.HEICPreset, opt.HEICTune, opt.HEICX265)
 		if err != nil {
 			return Output{}, fmt.Errorf("encode heic: %w", err)
 		}

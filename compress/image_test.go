@@ -18,6 +18,7 @@ import (
 	"willow/compress"
 	"willow/flex"
 	"willow/internal/testenv"
+	"willow/media"
 )
 
 func TestDecodeBadInput(t *testing.T) {
@@ -230,5 +231,37 @@ func TestMemoryBound(t *testing.T) {
 				t.Errorf("20 MP photo took peak %d MiB / total %d MiB, limit 512 MiB", peak.Load()>>20, total>>20)
 			}
 		})
+	}
+}
+
+// TestHEICX265Params checks that x265 parameters reach the encoder (two
+// settings of one parameter give different bitstreams, both decodable)
+// and that a malformed one is an error, not silently dropped.
+func TestHEICX265Params(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(sharedPhotos, "mate_Storm.jpg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := compress.DecodeImage(src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	med := compress.Renditions(img)[1]
+	var got [2][]byte
+	for i, v := range []string{"0", "1"} {
+		o, err := compress.Encode(med, media.VariantMedium, compress.ImageOptions{Codec: flex.CodecHEIC, HEICX265: []string{"pools=none", "sao=" + v}})
+		if err != nil {
+			t.Fatalf("sao=%s: %v", v, err)
+		}
+		if _, err := compress.DecodeImage(o.Data, 0); err != nil {
+			t.Fatalf("sao=%s: decode: %v", v, err)
+		}
+		got[i] = o.Data
+	}
+	if bytes.Equal(got[0], got[1]) {
+		t.Error("sao=0 and sao=1 gave the same bitstream: x265 parameters are not applied")
+	}
+	if _, err := compress.Encode(med, media.VariantMedium, compress.ImageOptions{Codec: flex.CodecHEIC, HEICX265: []string{"sao"}}); err == nil {
+		t.Error("x265 parameter without a value: no error")
 	}
 }
