@@ -70,8 +70,9 @@ const (
 	SignalCompressBacklog  = "compress_backlog"      // compress tasks waiting, all nodes
 	SignalCompressDemand   = "compress_demand"       // highest compress node's tasks in work or waiting per worker, 10 s average
 	SignalUploadInFlight   = "upload_in_flight"      // requests in flight on the upload fronts, all
+	SignalUploadRate       = "upload_rate"           // uploads finished per second on the upload fronts, all, 10 s average
 	SignalUploadShed       = "upload_shed"           // 1 - the lowest admitted share of an upload front
-	SignalStoreWriteRatio  = "store_write_ratio"     // highest front store writes/s over store_write_budget
+	SignalStoreWriteRatio  = "store_write_ratio"     // highest front store writes/s (10 s average) over store_write_budget
 	SignalEdgeBytesOut     = "edge_bytes_out_per_s"  // edge cache response bytes/s, all nodes
 	SignalTimelineHeld     = "timeline_held"         // held notifications, all timeline nodes
 )
@@ -87,6 +88,7 @@ var signalTable = map[string]signalInfo{
 	SignalCompressBacklog:  {"compress backlog", ""},
 	SignalCompressDemand:   {"compress demand (tasks per worker)", ""},
 	SignalUploadInFlight:   {"upload in flight", ""},
+	SignalUploadRate:       {"upload rate", "/s"},
 	SignalUploadShed:       {"upload shed share", ""},
 	SignalStoreWriteRatio:  {"store writes / budget", ""},
 	SignalEdgeBytesOut:     {"edge bytes out", "bytes/s"},
@@ -122,6 +124,14 @@ type AutoRule struct {
 	Below    float64 // clear below this for Dwell (hysteresis)
 	Dwell    time.Duration
 	Cooldown time.Duration
+	// Hold, when set, keeps the rule from clearing while the load that
+	// caused its level persists: the rule counts as clear only once
+	// HoldSignal has also stayed below HoldBelow for Dwell. It is for a
+	// rule whose level hides its own signal (yellow empties the compress
+	// queue that fired it): the hold reads a signal the level does not
+	// change, such as the upload rate. It never raises a level.
+	HoldSignal string
+	HoldBelow  float64
 }
 
 type policyFile struct {
@@ -131,13 +141,19 @@ type policyFile struct {
 }
 
 type ruleFile struct {
-	Name     string   `yaml:"name"`
-	Signal   string   `yaml:"signal"`
-	Level    string   `yaml:"level"`
-	Above    *float64 `yaml:"above"`
-	Below    *float64 `yaml:"below"`
-	Dwell    string   `yaml:"dwell"`
-	Cooldown string   `yaml:"cooldown"`
+	Name     string    `yaml:"name"`
+	Signal   string    `yaml:"signal"`
+	Level    string    `yaml:"level"`
+	Above    *float64  `yaml:"above"`
+	Below    *float64  `yaml:"below"`
+	Dwell    string    `yaml:"dwell"`
+	Cooldown string    `yaml:"cooldown"`
+	Hold     *holdFile `yaml:"hold"`
+}
+
+type holdFile struct {
+	Signal string   `yaml:"signal"`
+	Below  *float64 `yaml:"below"`
 }
 
 // DefaultAutoPolicy returns the shipped policy (autoflex.yaml) validated
@@ -210,6 +226,18 @@ func LoadAutoPolicy(data []byte, plans *flex.Plans) (*AutoPolicy, error) {
 		if rule.Cooldown, err = parsePolicyDuration(r.Cooldown, false); err != nil {
 			return nil, fmt.Errorf("%s: %v", field("cooldown"), err)
 		}
+		if h := r.Hold; h != nil {
+			if _, ok := signalTable[h.Signal]; !ok {
+				return nil, fmt.Errorf("%s: unknown signal %q (signals: %s)", field("hold.signal"), h.Signal, strings.Join(SignalNames(), ", "))
+			}
+			if h.Signal == r.Signal {
+				return nil, fmt.Errorf("%s: %s is the rule's own signal: a hold reads a signal the level does not change", field("hold.signal"), h.Signal)
+			}
+			if h.Below == nil || math.IsNaN(*h.Below) || math.IsInf(*h.Below, 0) || *h.Below <= 0 {
+				return nil, fmt.Errorf("%s: required, a number > 0", field("hold.below"))
+			}
+			rule.HoldSignal, rule.HoldBelow = h.Signal, *h.Below
+		}
 		p.Rules = append(p.Rules, rule)
 	}
 	if len(p.Rules) == 0 {
@@ -238,6 +266,10 @@ type ruleState struct {
 	known      bool      // the signal had data in the last sample
 	aboveSince time.Time // zero: not above the threshold
 	belowSince time.Time // zero: not below the hysteresis threshold
+	// The hold signal (AutoRule.HoldSignal), when the rule has one.
+	holdValue float64
+	holdKnown bool
+	holdSince time.Time // zero: not below HoldBelow
 }
 
 // autoEngine evaluates a policy over a series of signal samples. It is
@@ -279,7 +311,39 @@ func (e *autoEngine) observe(now time.Time, sig map[string]float64) {
 		} else {
 			st.belowSince = time.Time{}
 		}
+		if r.HoldSignal == "" {
+			continue
+		}
+		hv, ok := sig[r.HoldSignal]
+		st.holdValue, st.holdKnown = hv, ok
+		if hv < r.HoldBelow { // absent counts as 0, like the rule's signal
+			if st.holdSince.IsZero() {
+				st.holdSince = now
+			}
+		} else {
+			st.holdSince = time.Time{}
+		}
 	}
+}
+
+// clearSince is when rule i began to count as clear (its signal below its
+// hysteresis threshold and, with a hold, the hold signal below its
+// threshold); zero while it does not.
+func (e *autoEngine) clearSince(i int) time.Time {
+	st := e.st[i]
+	if st.belowSince.IsZero() {
+		return time.Time{}
+	}
+	if e.pol.Rules[i].HoldSignal == "" {
+		return st.belowSince
+	}
+	if st.holdSince.IsZero() {
+		return time.Time{}
+	}
+	if st.holdSince.After(st.belowSince) {
+		return st.holdSince
+	}
+	return st.belowSince
 }
 
 // autoMemory is the part of the state kept in the flex document: when each
@@ -344,10 +408,10 @@ func (e *autoEngine) decide(now time.Time, cur string, mem autoMemory) (autoStep
 			continue
 		}
 		st := e.st[i]
-		if st.belowSince.IsZero() {
+		from := e.clearSince(i)
+		if from.IsZero() {
 			return autoStep{}, false
 		}
-		from := st.belowSince
 		if mem.LastStepAt != 0 && lastStep.After(from) {
 			from = lastStep
 		}
@@ -357,8 +421,12 @@ func (e *autoEngine) decide(now time.Time, cur string, mem autoMemory) (autoStep
 		if mem.LastStepAt != 0 && now.Sub(lastStep) < r.Cooldown {
 			return autoStep{}, false
 		}
-		why = append(why, fmt.Sprintf("%s: %s %s < %s for %s", r.Name, signalTable[r.Signal].label,
-			fmtSignal(r.Signal, st.value), fmtSignal(r.Signal, r.Below), fmtSecs(now.Sub(from))))
+		cond := fmt.Sprintf("%s %s < %s", signalTable[r.Signal].label, fmtSignal(r.Signal, st.value), fmtSignal(r.Signal, r.Below))
+		if r.HoldSignal != "" {
+			cond += fmt.Sprintf(" and %s %s < %s", signalTable[r.HoldSignal].label,
+				fmtSignal(r.HoldSignal, st.holdValue), fmtSignal(r.HoldSignal, r.HoldBelow))
+		}
+		why = append(why, fmt.Sprintf("%s: %s for %s", r.Name, cond, fmtSecs(now.Sub(from))))
 	}
 	reason := strings.Join(why, "; ")
 	if reason == "" {
@@ -372,16 +440,21 @@ func (e *autoEngine) ruleStates(now time.Time) []ruleView {
 	out := make([]ruleView, len(e.pol.Rules))
 	for i, r := range e.pol.Rules {
 		st := e.st[i]
-		v := ruleView{rule: r, value: st.value, known: st.known, state: "between"}
+		v := ruleView{rule: r, value: st.value, known: st.known, holdValue: st.holdValue, state: "between"}
 		switch {
 		case !st.aboveSince.IsZero():
 			v.state, v.since = "rising", st.aboveSince
 			if now.Sub(st.aboveSince) >= r.Dwell {
 				v.state = "firing"
 			}
+		case !st.belowSince.IsZero() && r.HoldSignal != "" && st.holdSince.IsZero():
+			// Below its own threshold, but the load that caused the
+			// level is still there.
+			v.state, v.since = "held", st.belowSince
 		case !st.belowSince.IsZero():
-			v.state, v.since = "falling", st.belowSince
-			if now.Sub(st.belowSince) >= r.Dwell {
+			since := e.clearSince(i)
+			v.state, v.since = "falling", since
+			if now.Sub(since) >= r.Dwell {
 				v.state = "clear"
 			}
 		}
@@ -394,11 +467,12 @@ func (e *autoEngine) ruleStates(now time.Time) []ruleView {
 }
 
 type ruleView struct {
-	rule  AutoRule
-	value float64
-	known bool
-	state string
-	since time.Time
+	rule      AutoRule
+	value     float64
+	holdValue float64
+	known     bool
+	state     string
+	since     time.Time
 }
 
 // fmtSignal formats a signal value with its unit: 1800 ms reads "1.8 s".
@@ -409,6 +483,8 @@ func fmtSignal(signal string, v float64) string {
 			return trimFloat(v/1000) + " s"
 		}
 		return trimFloat(v) + " ms"
+	case "/s":
+		return trimFloat(v) + "/s"
 	case "bytes/s":
 		switch {
 		case v >= 1e9:

@@ -189,6 +189,109 @@ func TestAutoOscillatingSignalDoesNotFlap(t *testing.T) {
 	}
 }
 
+// holdPolicy is the shipped policy's shape: blue, then yellow on the
+// compress demand, yellow held while uploads keep coming.
+const holdPolicy = `
+rules:
+  - {name: cd, signal: compress_demand, above: 2, below: 1, dwell: 5s, cooldown: 60s, level: blue}
+  - {name: cdh, signal: compress_demand, above: 3, below: 1.5, dwell: 5s, cooldown: 60s, level: yellow,
+     hold: {signal: upload_rate, below: 1}}
+`
+
+// TestAutoHoldThroughThePeak is the rehearsal's control problem: yellow
+// empties the compress queue that fired it, so the demand reads low in the
+// middle of the peak. The hold on the upload rate (which no level changes)
+// keeps yellow until the peak is over, then the way down is one level at a
+// time.
+func TestAutoHoldThroughThePeak(t *testing.T) {
+	s := newSim(t, holdPolicy)
+	sig := func(demand, rate float64) func(int) map[string]float64 {
+		return constSig(map[string]float64{SignalCompressDemand: demand, SignalUploadRate: rate})
+	}
+	s.run(20*time.Second, sig(0.8, 0.5)) // evening
+	s.run(10*time.Second, sig(2.5, 1.5)) // the ramp: blue after 5 s
+	s.run(10*time.Second, sig(3.5, 2.5)) // blue is not enough: yellow
+	if s.levels() != "blue,yellow" {
+		t.Fatalf("steps %q, want blue,yellow", s.levels())
+	}
+	// The peak at yellow: the demand falls under both hysteresis
+	// thresholds, the uploads keep coming. Without the hold this stepped
+	// down once the cooldown passed.
+	s.run(3*time.Minute, sig(0.4, 4.5))
+	if s.level != "yellow" || len(s.steps) != 2 {
+		t.Fatalf("stepped in the peak: %s", s.levels())
+	}
+	st := s.e.ruleStates(s.now)
+	if st[1].state != "held" || st[1].holdValue != 4.5 {
+		t.Fatalf("cdh state %q hold value %v, want held at 4.5", st[1].state, st[1].holdValue)
+	}
+	// A rate swinging around the hold threshold holds too: it is never
+	// below for the whole dwell.
+	s.run(2*time.Minute, func(i int) map[string]float64 {
+		r := 1.2
+		if i%4 == 1 { // the last sample (i = 119) is above
+			r = 0.8
+		}
+		return map[string]float64{SignalCompressDemand: 0.4, SignalUploadRate: r}
+	})
+	if s.level != "yellow" || len(s.steps) != 2 {
+		t.Fatalf("stepped on a rate around the hold threshold: %s", s.levels())
+	}
+	// After the peak: down to blue once the rate stayed under 1/s for the
+	// dwell, to normal a cooldown later.
+	s.run(5*time.Second, sig(0.4, 0.5))
+	if s.level != "yellow" {
+		t.Fatalf("stepped before the dwell: %s", s.levels())
+	}
+	s.run(2*time.Second, sig(0.4, 0.5))
+	if s.levels() != "blue,yellow,blue" {
+		t.Fatalf("steps %q, want blue,yellow,blue", s.levels())
+	}
+	if r := s.steps[2].Reason; !strings.Contains(r, "cdh: compress demand (tasks per worker) 0.4 < 1.5 and upload rate 0.5/s < 1/s for 5 s") {
+		t.Fatalf("reason %q", r)
+	}
+	s.run(50*time.Second, sig(0.4, 0.5))
+	if s.level != "blue" {
+		t.Fatalf("stepped again within the cooldown: %s", s.levels())
+	}
+	s.run(20*time.Second, sig(0.4, 0.5))
+	if s.levels() != "blue,yellow,blue,normal" {
+		t.Fatalf("steps %q, want blue,yellow,blue,normal", s.levels())
+	}
+	// The hold never raises a level: a high rate with a low demand stays
+	// at normal.
+	s.run(10*time.Minute, sig(0.4, 9))
+	if len(s.steps) != 4 {
+		t.Fatalf("the hold signal stepped up: %s", s.levels())
+	}
+}
+
+// TestRateWindow: the mean over the heartbeats of the last 10 s.
+func TestRateWindow(t *testing.T) {
+	var w rateWindow
+	ms := t0.UnixMilli()
+	var got float64
+	// 0.25 uploads/s in 1 s heartbeat windows: 0, 0, 0, 1, ...
+	for i := 0; i < 40; i++ {
+		r := 0.0
+		if i%4 == 3 {
+			r = 1
+		}
+		got = w.add(ms+int64(i)*1000, r)
+		if i >= 9 && (got < 0.2 || got > 0.3) {
+			t.Fatalf("heartbeat %d: mean %v, want 0.2-0.3", i, got)
+		}
+	}
+	// The same heartbeat seen twice (the master samples every 500 ms)
+	// counts once.
+	if again := w.add(ms+39*1000, 1); again != got {
+		t.Fatalf("same heartbeat again: %v, want %v", again, got)
+	}
+	if len(w.at) > 11 {
+		t.Fatalf("window holds %d heartbeats, want <= 11", len(w.at))
+	}
+}
+
 func TestAutoCeiling(t *testing.T) {
 	y := `
 ceiling: blue
@@ -247,6 +350,11 @@ func TestAutoPolicyValidation(t *testing.T) {
 		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: normal}", "rules[0].level: normal is the lowest level"},
 		{rule("") + "  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue}", "rules[1].name: \"a\" used twice"},
 		{rule("") + "colour: red\n", "field colour not found"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, hold: {signal: cpu, below: 1}}", "rules[0].hold.signal: unknown signal \"cpu\""},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, hold: {signal: compress_backlog, below: 1}}", "rules[0].hold.signal: compress_backlog is the rule's own signal"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, hold: {signal: upload_rate}}", "rules[0].hold.below: required"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, hold: {signal: upload_rate, below: 0}}", "rules[0].hold.below: required, a number > 0"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, hold: {signal: upload_rate, below: 1, above: 2}}", "field above not found"},
 	} {
 		_, err := LoadAutoPolicy([]byte(tc.yaml), plans)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"willow/flex"
+	"willow/node"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 )
@@ -55,8 +56,52 @@ type autoState struct {
 	autoEng    *autoEngine
 	autoSig    map[string]float64 // the last sample
 	edgeOut    map[string]edgeSample
+	windows    map[string]*rateWindow // node id + "/" + signal -> the node's last heartbeats' rates
 	// signals, when set (tests), replaces sampleSignals.
 	signals func() map[string]float64
+}
+
+// signalWindow is the moving window of the per-second rates a node
+// reports for one heartbeat window each (uploads/s, store writes/s): at
+// 0.25 uploads/s most 1 s windows count 0 and the next one 4.
+const signalWindow = 10 * time.Second
+
+// rateWindow is one node's rate over its heartbeats of the last
+// signalWindow.
+type rateWindow struct {
+	at   []int64 // heartbeat unix ms
+	rate []float64
+}
+
+// add records the rate of the heartbeat at ms (once per heartbeat) and
+// returns the mean over the window ending at ms.
+func (w *rateWindow) add(ms int64, rate float64) float64 {
+	if n := len(w.at); n == 0 || ms > w.at[n-1] {
+		w.at, w.rate = append(w.at, ms), append(w.rate, rate)
+	}
+	drop := 0
+	for drop < len(w.at)-1 && w.at[drop] <= ms-signalWindow.Milliseconds() {
+		drop++
+	}
+	w.at, w.rate = w.at[drop:], w.rate[drop:]
+	sum := 0.0
+	for _, r := range w.rate {
+		sum += r
+	}
+	return sum / float64(len(w.rate))
+}
+
+// windowed is the mean of a node's heartbeat rate over signalWindow. Under
+// autoMu.
+func (s *Server) windowed(e *entry, signal string, rate float64, seen map[string]bool) float64 {
+	k := e.info.GetId() + "/" + signal
+	seen[k] = true
+	w := s.windows[k]
+	if w == nil {
+		w = &rateWindow{}
+		s.windows[k] = w
+	}
+	return w.add(e.lastMs, rate)
 }
 
 type edgeSample struct {
@@ -87,6 +132,7 @@ func (s *Server) initAuto() error {
 	s.autoPol = pol
 	s.autoEng = newAutoEngine(pol, s.plans)
 	s.edgeOut = map[string]edgeSample{}
+	s.windows = map[string]*rateWindow{}
 	return nil
 }
 
@@ -229,6 +275,14 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 	sum := func(name string, x float64) { sig[name] += x }
 	s.autoMu.Lock()
 	defer s.autoMu.Unlock()
+	seen := map[string]bool{}
+	defer func() {
+		for k := range s.windows {
+			if !seen[k] {
+				delete(s.windows, k) // a node gone or dead
+			}
+		}
+	}()
 	for _, e := range v.entries {
 		if !e.alive(now, s.cfg.MissedAfter) {
 			continue
@@ -250,7 +304,12 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 				shed = 1 - a
 			}
 			maxIn(SignalUploadShed, shed)
-			maxIn(SignalStoreWriteRatio, l.GetStoreWritesPerS()/budget)
+			maxIn(SignalStoreWriteRatio, s.windowed(e, SignalStoreWriteRatio, l.GetStoreWritesPerS(), seen)/budget)
+			if g := l.GetGauges(); g != nil {
+				if ok, has := g[node.GaugeUploadsPerS]; has {
+					sum(SignalUploadRate, s.windowed(e, SignalUploadRate, ok+g[node.GaugeUploadFailuresPerS], seen))
+				}
+			}
 		case "edgecache":
 			sum(SignalEdgeBytesOut, s.edgeRate(e))
 		case "timeline":
@@ -325,7 +384,8 @@ func (s *Server) autoStatus() *willowv1.FlexAutoStatus {
 	for _, r := range s.autoEng.ruleStates(now) {
 		rs := &willowv1.AutoRuleStatus{Name: r.rule.Name, Signal: r.rule.Signal, Level: r.rule.Level,
 			Above: r.rule.Above, Below: r.rule.Below, DwellMs: r.rule.Dwell.Milliseconds(),
-			CooldownMs: r.rule.Cooldown.Milliseconds(), Value: r.value, State: r.state}
+			CooldownMs: r.rule.Cooldown.Milliseconds(), Value: r.value, State: r.state,
+			HoldSignal: r.rule.HoldSignal, HoldBelow: r.rule.HoldBelow, HoldValue: r.holdValue}
 		if !r.since.IsZero() {
 			rs.SinceUnixMs = r.since.UnixMilli()
 		}

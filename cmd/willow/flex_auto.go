@@ -60,7 +60,7 @@ func cmdFlexAuto(ctx context.Context, m *Main, sub string, args []string) error 
 				return err
 			}
 			if g.json {
-				return writeFlexJSON(m.Stdout, autoJSON(st))
+				return writeAutoJSON(ctx, m.Stdout, mc, st)
 			}
 			printAuto(m.Stdout, st, true)
 			return nil
@@ -73,7 +73,7 @@ func cmdFlexAuto(ctx context.Context, m *Main, sub string, args []string) error 
 				return err
 			}
 			if g.json {
-				return writeFlexJSON(m.Stdout, autoJSON(st))
+				return writeAutoJSON(ctx, m.Stdout, mc, st)
 			}
 			printAuto(m.Stdout, st, false)
 			return nil
@@ -89,7 +89,7 @@ func cmdFlexAuto(ctx context.Context, m *Main, sub string, args []string) error 
 			return err
 		}
 		if g.json {
-			return writeFlexJSON(m.Stdout, schedulesJSON(resp.GetSchedules()))
+			return writeFlexJSON(m.Stdout, master.NewScheduleViews(resp.GetSchedules()))
 		}
 		printSchedules(m.Stdout, resp.GetSchedules(), true)
 		return nil
@@ -102,7 +102,7 @@ func cmdFlexAuto(ctx context.Context, m *Main, sub string, args []string) error 
 			return err
 		}
 		if g.json {
-			return writeFlexJSON(m.Stdout, schedulesJSON([]*willowv1.ScheduledChange{sc})[0])
+			return writeFlexJSON(m.Stdout, master.NewScheduleViews([]*willowv1.ScheduledChange{sc})[0])
 		}
 		fmt.Fprintf(m.Stdout, "cancelled %s\n", describeSchedule(sc))
 		return nil
@@ -147,7 +147,7 @@ func cmdFlexAuto(ctx context.Context, m *Main, sub string, args []string) error 
 		return err
 	}
 	if g.json {
-		return writeFlexJSON(m.Stdout, schedulesJSON([]*willowv1.ScheduledChange{sc})[0])
+		return writeFlexJSON(m.Stdout, master.NewScheduleViews([]*willowv1.ScheduledChange{sc})[0])
 	}
 	fmt.Fprintf(m.Stdout, "scheduled %s\n", describeSchedule(sc))
 	return nil
@@ -244,81 +244,26 @@ func printAuto(w io.Writer, st *willowv1.FlexAutoStatus, rules bool) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tSIGNAL\tVALUE\tABOVE\tBELOW\tDWELL\tCOOLDOWN\tLEVEL\tSTATE")
+	fmt.Fprintln(tw, "RULE\tSIGNAL\tVALUE\tABOVE\tBELOW\tDWELL\tCOOLDOWN\tLEVEL\tHOLD\tSTATE")
 	for _, r := range st.GetRules() {
-		fmt.Fprintf(tw, "%s\t%s\t%g\t%g\t%g\t%s\t%s\t%s\t%s\n", r.GetName(), r.GetSignal(), r.GetValue(), r.GetAbove(), r.GetBelow(),
-			time.Duration(r.GetDwellMs())*time.Millisecond, time.Duration(r.GetCooldownMs())*time.Millisecond, r.GetLevel(), r.GetState())
+		hold := "-"
+		if r.GetHoldSignal() != "" {
+			hold = fmt.Sprintf("%s %g < %g", r.GetHoldSignal(), r.GetHoldValue(), r.GetHoldBelow())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%g\t%g\t%g\t%s\t%s\t%s\t%s\t%s\n", r.GetName(), r.GetSignal(), r.GetValue(), r.GetAbove(), r.GetBelow(),
+			time.Duration(r.GetDwellMs())*time.Millisecond, time.Duration(r.GetCooldownMs())*time.Millisecond, r.GetLevel(), hold, r.GetState())
 	}
 	tw.Flush()
 }
 
-type autoRuleJSON struct {
-	Name       string  `json:"name"`
-	Signal     string  `json:"signal"`
-	Level      string  `json:"level"`
-	Above      float64 `json:"above"`
-	Below      float64 `json:"below"`
-	DwellMs    int64   `json:"dwell_ms"`
-	CooldownMs int64   `json:"cooldown_ms"`
-	Value      float64 `json:"value"`
-	State      string  `json:"state"`
-}
-
-type autoStatusJSON struct {
-	Mode        string             `json:"mode"`
-	Ceiling     string             `json:"ceiling"`
-	HoldMs      int64              `json:"hold_ms"`
-	PausedUntil *string            `json:"paused_until,omitempty"`
-	PausedBy    string             `json:"paused_by,omitempty"`
-	Proposal    string             `json:"proposal,omitempty"`
-	LastStep    string             `json:"last_step,omitempty"`
-	LastStepAt  *string            `json:"last_step_at,omitempty"`
-	Leader      string             `json:"leader,omitempty"`
-	Signals     map[string]float64 `json:"signals,omitempty"`
-	Rules       []autoRuleJSON     `json:"rules,omitempty"`
-}
-
-func optTime(ms int64) *string {
-	if ms == 0 {
-		return nil
+// writeAutoJSON prints the auto-flex state with the scheduled changes in
+// the console's shape (master.AutoView).
+func writeAutoJSON(ctx context.Context, w io.Writer, mc willowv1.MasterClient, st *willowv1.FlexAutoStatus) error {
+	l, err := mc.ListSchedules(ctx, &willowv1.ListSchedulesRequest{})
+	if err != nil {
+		return err
 	}
-	s := fmtMs(ms)
-	return &s
-}
-
-func autoJSON(st *willowv1.FlexAutoStatus) autoStatusJSON {
-	j := autoStatusJSON{Mode: st.GetMode(), Ceiling: st.GetCeiling(), HoldMs: st.GetHoldMs(),
-		PausedUntil: optTime(st.GetPausedUntilUnixMs()), PausedBy: st.GetPausedBy(), Proposal: st.GetProposal(),
-		LastStep: st.GetLastStep(), LastStepAt: optTime(st.GetLastStepAtUnixMs()), Leader: st.GetLeader(), Signals: st.GetSignals()}
-	for _, r := range st.GetRules() {
-		j.Rules = append(j.Rules, autoRuleJSON{Name: r.GetName(), Signal: r.GetSignal(), Level: r.GetLevel(), Above: r.GetAbove(),
-			Below: r.GetBelow(), DwellMs: r.GetDwellMs(), CooldownMs: r.GetCooldownMs(), Value: r.GetValue(), State: r.GetState()})
-	}
-	return j
-}
-
-type scheduleJSON struct {
-	ID             string            `json:"id"`
-	At             string            `json:"at"`
-	State          string            `json:"state"`
-	Level          string            `json:"level,omitempty"`
-	Knobs          map[string]string `json:"knobs,omitempty"`
-	Scope          string            `json:"scope,omitempty"`
-	ForMs          int64             `json:"for_ms,omitempty"`
-	Actor          string            `json:"actor"`
-	Reason         string            `json:"reason"`
-	Error          string            `json:"error,omitempty"`
-	AppliedVersion int64             `json:"applied_version,omitempty"`
-}
-
-func schedulesJSON(l []*willowv1.ScheduledChange) []scheduleJSON {
-	out := make([]scheduleJSON, 0, len(l))
-	for _, sc := range l {
-		out = append(out, scheduleJSON{ID: sc.GetId(), At: fmtMs(sc.GetAtUnixMs()), State: sc.GetState(), Level: sc.GetLevel(),
-			Knobs: sc.GetKnobs(), Scope: sc.GetScope(), ForMs: sc.GetForMs(), Actor: sc.GetActor(), Reason: sc.GetReason(),
-			Error: sc.GetError(), AppliedVersion: sc.GetAppliedVersion()})
-	}
-	return out
+	return writeFlexJSON(w, master.NewAutoView(st, l.GetSchedules()))
 }
 
 // flexStatusExtras fetches what `willow flex status` shows besides the
@@ -349,16 +294,15 @@ func flexStatusExtras(ctx context.Context, mc willowv1.MasterClient) (*willowv1.
 // plus "auto" and "schedules".
 type flexStatusJSON struct {
 	flex.Status
-	Auto      *autoStatusJSON `json:"auto,omitempty"`
-	Schedules []scheduleJSON  `json:"schedules"`
+	Auto      *master.AutoView      `json:"auto,omitempty"`
+	Schedules []master.ScheduleView `json:"schedules"`
 }
 
 func printFlexStatus(w io.Writer, asJSON bool, st *willowv1.FlexState, auto *willowv1.FlexAutoStatus, pending []*willowv1.ScheduledChange) error {
 	if asJSON {
-		j := flexStatusJSON{Status: flex.NewStatus(st), Schedules: schedulesJSON(pending)}
+		j := flexStatusJSON{Status: flex.NewStatus(st), Schedules: master.NewScheduleViews(pending)}
 		if auto != nil {
-			a := autoJSON(auto)
-			a.Rules, a.Signals = nil, nil
+			a := master.NewAutoView(auto, pending)
 			j.Auto = &a
 		}
 		return writeFlexJSON(w, j)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"willow/master"
 )
 
 func TestFlexAutoAndScheduleCLI(t *testing.T) {
@@ -44,19 +46,32 @@ func TestFlexAutoAndScheduleCLI(t *testing.T) {
 	var st struct {
 		Level string `json:"level"`
 		Auto  struct {
-			Mode        string `json:"mode"`
-			PausedUntil string `json:"paused_until"`
-			PausedBy    string `json:"paused_by"`
+			Mode   string `json:"mode"`
+			Paused struct {
+				Until string `json:"until"`
+				By    string `json:"by"`
+			} `json:"paused"`
 		} `json:"auto"`
 		Schedules []any `json:"schedules"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 {
 		t.Fatalf("status --json %+v: %v", r, err)
 	}
-	until, err := time.Parse(time.RFC3339, st.Auto.PausedUntil)
-	if st.Level != "yellow" || st.Auto.Mode != "dry-run" || st.Auto.PausedBy != "oncall" || err != nil ||
+	until, err := time.Parse(time.RFC3339, st.Auto.Paused.Until)
+	if st.Level != "yellow" || st.Auto.Mode != "dry-run" || st.Auto.Paused.By != "oncall" || err != nil ||
 		until.Before(time.Now().Add(29*time.Minute)) || len(st.Schedules) != 0 {
 		t.Fatalf("status --json %s", r.stdout)
+	}
+	// flex auto status --json is the console's /api/auto shape.
+	r = runFlexCLI(t, env, "flex", "auto", "status", "--json")
+	var av master.AutoView
+	if err := json.Unmarshal([]byte(r.stdout), &av); err != nil || r.code != 0 {
+		t.Fatalf("auto status --json %+v: %v", r, err)
+	}
+	if av.Mode != "dry-run" || av.Hold != "30m0s" || av.Paused == nil || av.Paused.By != "oncall" || len(av.Rules) == 0 ||
+		len(av.Schedules) != 1 || av.Schedules[0].ID != "s1" || av.Schedules[0].State != "cancelled" ||
+		av.Schedules[0].Change != "video_bitrate_kbps=1200" || av.Schedules[0].For != "10h0m0s" {
+		t.Fatalf("auto status --json %s", r.stdout)
 	}
 	if at, err := parseAt("15:30", time.Date(2026, 12, 1, 16, 0, 0, 0, time.UTC)); err != nil || !at.Equal(time.Date(2026, 12, 2, 15, 30, 0, 0, time.UTC)) {
 		t.Fatalf("parseAt 15:30 after 16:00 = %v, %v", at, err)

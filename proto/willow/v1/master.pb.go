@@ -1852,8 +1852,11 @@ type AutoRuleStatus struct {
 	DwellMs       int64                  `protobuf:"varint,6,opt,name=dwell_ms,json=dwellMs,proto3" json:"dwell_ms,omitempty"`
 	CooldownMs    int64                  `protobuf:"varint,7,opt,name=cooldown_ms,json=cooldownMs,proto3" json:"cooldown_ms,omitempty"`
 	Value         float64                `protobuf:"fixed64,8,opt,name=value,proto3" json:"value,omitempty"`                                  // the signal's last value
-	State         string                 `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`                                    // clear | rising | firing | falling | between
+	State         string                 `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`                                    // clear | rising | firing | falling | between | held | no data
 	SinceUnixMs   int64                  `protobuf:"varint,10,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"` // when the state began
+	HoldSignal    string                 `protobuf:"bytes,11,opt,name=hold_signal,json=holdSignal,proto3" json:"hold_signal,omitempty"`       // "": no hold; else the rule clears only once this signal is below hold_below too
+	HoldBelow     float64                `protobuf:"fixed64,12,opt,name=hold_below,json=holdBelow,proto3" json:"hold_below,omitempty"`
+	HoldValue     float64                `protobuf:"fixed64,13,opt,name=hold_value,json=holdValue,proto3" json:"hold_value,omitempty"` // the hold signal's last value
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1954,6 +1957,27 @@ func (x *AutoRuleStatus) GetState() string {
 func (x *AutoRuleStatus) GetSinceUnixMs() int64 {
 	if x != nil {
 		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *AutoRuleStatus) GetHoldSignal() string {
+	if x != nil {
+		return x.HoldSignal
+	}
+	return ""
+}
+
+func (x *AutoRuleStatus) GetHoldBelow() float64 {
+	if x != nil {
+		return x.HoldBelow
+	}
+	return 0
+}
+
+func (x *AutoRuleStatus) GetHoldValue() float64 {
+	if x != nil {
+		return x.HoldValue
 	}
 	return 0
 }
@@ -2599,7 +2623,7 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06resume\x18\x04 \x01(\bR\x06resume\"\x8a\x02\n" +
+	"\x06resume\x18\x04 \x01(\bR\x06resume\"\xe9\x02\n" +
 	"\x0eAutoRuleStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x14\n" +
@@ -2612,7 +2636,13 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\x05value\x18\b \x01(\x01R\x05value\x12\x14\n" +
 	"\x05state\x18\t \x01(\tR\x05state\x12\"\n" +
 	"\rsince_unix_ms\x18\n" +
-	" \x01(\x03R\vsinceUnixMs\"\xf5\x04\n" +
+	" \x01(\x03R\vsinceUnixMs\x12\x1f\n" +
+	"\vhold_signal\x18\v \x01(\tR\n" +
+	"holdSignal\x12\x1d\n" +
+	"\n" +
+	"hold_below\x18\f \x01(\x01R\tholdBelow\x12\x1d\n" +
+	"\n" +
+	"hold_value\x18\r \x01(\x01R\tholdValue\"\xf5\x04\n" +
 	"\x0eFlexAutoStatus\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x18\n" +
 	"\aceiling\x18\x02 \x01(\tR\aceiling\x12\x17\n" +
