@@ -2,6 +2,7 @@ package master_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -325,9 +326,13 @@ func TestAutoSignalsFromHeartbeats(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 	}
 	var sig map[string]float64
-	regWait(t, 10*time.Second, "the signals of three nodes", func() bool {
+	// 20 s: the package's tests run beside others on a loaded box.
+	regWait(t, 20*time.Second, "the signals of three nodes", func() bool {
 		as, err := m.client.GetFlexAuto(ctxT(t), &willowv1.GetFlexAutoRequest{})
-		sig = as.GetSignals()
+		if s := as.GetSignals(); fmt.Sprint(s) != fmt.Sprint(sig) {
+			sig = s
+			t.Logf("signals %v (%v)", sig, err) // shown when the wait times out
+		}
 		return err == nil && sig[master.SignalStoreWriteRatio] == 0.25 && sig[master.SignalCompressDemand] == 2.5
 	})
 	if sig[master.SignalCompressBacklog] != 3 {
