@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"willow/internal/ctxio"
 	"willow/internal/iostat"
 )
 
@@ -458,7 +459,7 @@ func (p *Pool) segmentFor(n int64) (*segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new segment: %w", err)
 	}
-	if err := syncDir(p.dir); err != nil {
+	if err := iostat.SyncDir(p.dir); err != nil {
 		f.Close()
 		os.Remove(path)
 		return nil, fmt.Errorf("new segment: %w", err)
@@ -471,15 +472,6 @@ func (p *Pool) segmentFor(n int64) (*segment, error) {
 	p.mu.Unlock()
 	p.active = seg
 	return seg, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return iostat.Sync(d)
 }
 
 // writable reports why appends are refused, if they are. Callers hold p.wmu.
@@ -549,7 +541,7 @@ func (p *Pool) append(ctx context.Context, key string, meta []byte, r io.Reader,
 	}
 	// 2. The blob, checksummed on the way.
 	c := crc32.New(castagnoli)
-	src := io.TeeReader(io.LimitReader(ctxReader{ctx, r}, size), c)
+	src := io.TeeReader(io.LimitReader(ctxio.Reader(ctx, r), size), c)
 	dataOff := off + int64(len(head))
 	got, err := io.CopyBuffer(io.NewOffsetWriter(seg.f, dataOff), src, p.buf)
 	if err != nil {
@@ -559,7 +551,7 @@ func (p *Pool) append(ctx context.Context, key string, meta []byte, r io.Reader,
 		return p.undo(seg, off, fmt.Errorf("read %d bytes, want %d: %w", got, size, ErrSizeMismatch))
 	}
 	var one [1]byte
-	switch k, err := io.ReadAtLeast(ctxReader{ctx, r}, one[:], 1); {
+	switch k, err := io.ReadAtLeast(ctxio.Reader(ctx, r), one[:], 1); {
 	case k > 0:
 		return p.undo(seg, off, fmt.Errorf("reader has more than %d bytes: %w", size, ErrSizeMismatch))
 	case err != io.EOF:
@@ -613,18 +605,6 @@ func (p *Pool) failSync(seg *segment, off int64, cause error) error {
 	p.broken = fmt.Errorf("buffer %s: fsync failed (reopen the pool): %w", p.opts.Name, cause)
 	p.log.Error("buffer: pool disabled", "err", p.broken)
 	return fmt.Errorf("fsync: %w", cause)
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(b []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(b)
 }
 
 // Get returns the blob stored under key and its entry. The checksum is
@@ -840,7 +820,7 @@ func (p *Pool) remove(seg *segment) error {
 	if err := os.Remove(seg.path); err != nil {
 		return err
 	}
-	if err := syncDir(p.dir); err != nil {
+	if err := iostat.SyncDir(p.dir); err != nil {
 		return err
 	}
 	p.mu.Lock()

@@ -67,6 +67,19 @@ func (s *Server) exhausted(j job, err error) error {
 	return nil
 }
 
+// compressFailed answers a failed compress call for job j: a permanent
+// refusal (permanent) or a job past its retry caps (exhausted) fails the
+// media item (fail); any other error is returned, for a retry later.
+func (s *Server) compressFailed(ctx context.Context, j job, rec Record, err error) (*Record, error) {
+	if permanent(err) {
+		return s.fail(ctx, j, rec, err)
+	}
+	if cause := s.exhausted(j, err); cause != nil {
+		return s.fail(ctx, j, rec, cause)
+	}
+	return nil, err
+}
+
 // fail moves the media item of j to the dead-letter state: its store
 // record says failed with the reason, and the job leaves the journal, so
 // nothing retries it until an operator's RetryMedia. Callers hold the

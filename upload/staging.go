@@ -112,16 +112,7 @@ func writeFile(path string, b []byte, sync bool) error {
 	if !sync {
 		return nil
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return iostat.Sync(d)
+	return iostat.SyncDir(filepath.Dir(path))
 }
 
 // createStaged makes a new staging dir for meta, durably.
@@ -136,7 +127,7 @@ func createStaged(dir string, meta stageMeta) (*staged, error) {
 	if err := writeFileSync(filepath.Join(dir, fileMeta), b); err != nil {
 		return nil, err
 	}
-	if err := syncDir(filepath.Dir(dir)); err != nil {
+	if err := iostat.SyncDir(filepath.Dir(dir)); err != nil {
 		return nil, err
 	}
 	return openStaged(dir)

@@ -138,14 +138,8 @@ func (s *Server) runJob(ctx context.Context, j job) (*Record, error) {
 		if rec.State == StateProcessing {
 			resp, err := s.callCompress(ctx, rec.Business, &willowv1.CompressRequest{
 				MediaId: rec.ID, Kind: kindOf(rec.Kind), SourceKey: media.RawKey(j.Key), Business: rec.Business})
-			if permanent(err) {
-				return s.fail(ctx, j, rec, err)
-			}
-			if cause := s.exhausted(j, err); cause != nil {
-				return s.fail(ctx, j, rec, cause)
-			}
 			if err != nil {
-				return nil, err
+				return s.compressFailed(ctx, j, rec, err)
 			}
 			rec.Variants = rec.Variants[:0]
 			for _, v := range resp.GetVariants() {
@@ -201,15 +195,8 @@ func (s *Server) compressPool2(ctx context.Context, p *buffer.Pool, j job, e buf
 	}
 	resp, err := s.callCompress(ctx, rec.Business, &willowv1.CompressRequest{
 		MediaId: rec.ID, Kind: kindOf(rec.Kind), Data: raw, ReturnData: true, Business: rec.Business})
-	if permanent(err) {
-		// The store record says failed; the drain keeps that.
-		return s.fail(ctx, j, rec, err)
-	}
-	if cause := s.exhausted(j, err); cause != nil {
-		return s.fail(ctx, j, rec, cause)
-	}
 	if err != nil {
-		return nil, err
+		return s.compressFailed(ctx, j, rec, err) // failed: the store record says so and the drain keeps it
 	}
 	rec.Variants = rec.Variants[:0]
 	for _, v := range resp.GetVariants() {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"sync/atomic"
 )
 
@@ -25,6 +26,17 @@ func Wrote(n int) {
 func Sync(f interface{ Sync() error }) error {
 	fsyncs.Add(1)
 	return f.Sync()
+}
+
+// SyncDir fsyncs the directory dir (after a create or rename in it) and
+// counts it.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return Sync(d)
 }
 
 // Written is the bytes written since the process started.

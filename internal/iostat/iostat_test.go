@@ -23,8 +23,14 @@ func TestCounts(t *testing.T) {
 	if err := Sync(f); err != nil {
 		t.Fatal(err)
 	}
-	if Written()-w0 != 5 || Fsyncs()-s0 != 1 {
+	if err := SyncDir(filepath.Dir(f.Name())); err != nil {
+		t.Fatal(err)
+	}
+	if Written()-w0 != 5 || Fsyncs()-s0 != 2 {
 		t.Errorf("written %d, fsyncs %d", Written()-w0, Fsyncs()-s0)
+	}
+	if err := SyncDir(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("SyncDir of a missing directory: no error")
 	}
 }
 

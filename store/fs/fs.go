@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"willow/internal/ctxio"
 	"willow/store"
 )
 
@@ -124,18 +125,6 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(b []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(b)
-}
-
 // writeAtomic writes r to p through a temporary file: fsync, rename, fsync
 // of the directory. With size >= 0 a different byte count is an error and
 // nothing is renamed into place.
@@ -144,7 +133,7 @@ func writeAtomic(ctx context.Context, p string, r io.Reader, size int64) (int64,
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(f, ctxReader{ctx, r})
+	n, err := io.Copy(f, ctxio.Reader(ctx, r))
 	if err == nil && size >= 0 && n != size {
 		err = fmt.Errorf("got %d bytes, want %d", n, size)
 	}
