@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 	"willow/flex"
 	"willow/internal/testenv"
 )
-
-// lockedBuffer is a bytes.Buffer safe for one writer and one reader.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestUpOnRedisCluster runs `willow up --redis redis-cluster://...` on a
 // real 3-master Redis Cluster (it was a nil-pointer panic) and drives it
@@ -43,7 +23,7 @@ func TestUpOnRedisCluster(t *testing.T) {
 	rc := testenv.StartRedisCluster(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb lockedBuffer
+	var out, errb testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		m := &Main{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}

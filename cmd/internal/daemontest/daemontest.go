@@ -13,7 +13,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,24 +37,6 @@ type Env map[string]string
 
 func (e Env) getenv(k string) string { return e[k] }
 
-// syncBuffer is a bytes.Buffer safe for a main's logger and the test.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Fail runs run with args in env and returns its error; it is for
 // arguments the main refuses before it serves (a run that serves fails the
 // test).
@@ -63,7 +44,7 @@ func Fail(t *testing.T, run Run, env Env, args ...string) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	err := run.Run(ctx, daemon.Process{Stderr: &syncBuffer{}, Getenv: env.getenv, Ready: func(*node.Node, map[string]string) {
+	err := run.Run(ctx, daemon.Process{Stderr: &testenv.SyncBuffer{}, Getenv: env.getenv, Ready: func(*node.Node, map[string]string) {
 		t.Errorf("%v: serves", args)
 		cancel()
 	}}, args)
@@ -86,7 +67,7 @@ func Start(t *testing.T, run Run, env Env, args ...string) (*node.Node, map[stri
 	}
 	ready := make(chan served, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	stderr := &syncBuffer{}
+	stderr := &testenv.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run.Run(ctx, daemon.Process{Stderr: stderr, Getenv: e.getenv, Ready: func(n *node.Node, h map[string]string) { ready <- served{n, h} }}, args)
