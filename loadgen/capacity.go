@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"willow/flex"
 )
 
 // PlanConfig configures a capacity plan. Zero values mean the default.
@@ -30,8 +32,9 @@ type PlanConfig struct {
 	// JPEGCPURatio is the compress CPU of the jpeg q50 path relative to
 	// HEIC (measured by `make bench-compress`); default 0.2.
 	JPEGCPURatio float64
-	// TimelineDelay is the ratio of held notifications the red level sets;
-	// default 0.7. Held notifications stop the downloads they would cause.
+	// TimelineDelay is the ratio of held notifications; default the red
+	// level's timeline_delay_ratio (flex/levels.yaml). Held notifications
+	// stop the downloads they would cause.
 	TimelineDelay float64
 	// LowPriorityShare is the share of uploads from businesses the red
 	// level sheds; default from the calibration's business mix, else 0.1.
@@ -186,8 +189,17 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 	if cfg.JPEGCPURatio <= 0 {
 		cfg.JPEGCPURatio = 0.2
 	}
+	plans := flex.DefaultPlans()
+	blue, err := plans.Plan(flex.LevelBlue)
+	if err != nil {
+		return nil, err
+	}
+	red, err := plans.Plan(flex.LevelRed)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.TimelineDelay <= 0 {
-		cfg.TimelineDelay = 0.7
+		cfg.TimelineDelay, _ = strconv.ParseFloat(red[flex.KnobTimelineDelayRatio], 64)
 	}
 	if cfg.LowPriorityShare <= 0 {
 		cfg.LowPriorityShare = 0.1
@@ -302,7 +314,8 @@ func MakePlan(cal *Report, cfg PlanConfig) (*Plan, error) {
 			return 1 / (1 - cfg.LowPriorityShare), false, fmt.Sprintf("retries=off, coarse shed of low-priority businesses (%.0f%% of uploads), overflow to pool1", cfg.LowPriorityShare*100)
 		}},
 		{"compress", "uploads", upRate, upBytes / 1e6, func() (float64, bool, string) {
-			return 1 / cfg.JPEGCPURatio, true, fmt.Sprintf("image_codec=jpeg q50 (compress CPU x%.2f), video_bitrate_kbps=1200 armed hours ahead; pool1 defers the rest", cfg.JPEGCPURatio)
+			return 1 / cfg.JPEGCPURatio, true, fmt.Sprintf("image_codec=%s q%s (compress CPU x%.2f), video_bitrate_kbps=%s armed hours ahead; pool1 defers the rest",
+				blue[flex.KnobImageCodec], blue[flex.KnobImageQuality], cfg.JPEGCPURatio, blue[flex.KnobVideoBitrateKbps])
 		}},
 		{"edgecache", "downloads", downRate, downBytes / 1e6, func() (float64, bool, string) {
 			return 1 / (1 - cfg.TimelineDelay), false, fmt.Sprintf("timeline_delay_ratio=%.1f (held notifications trigger no downloads), shed_ratio.prefetch", cfg.TimelineDelay)

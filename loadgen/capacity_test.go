@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"willow/flex"
 	"willow/loadgen"
 )
 
@@ -45,6 +46,15 @@ func TestCapacityPlan(t *testing.T) {
 	plan.WriteText(&out)
 	if !strings.Contains(out.String(), "| compress |") || !strings.Contains(out.String(), "image_codec=jpeg") {
 		t.Errorf("plan text:\n%s", out.String())
+	}
+	// The levers named are the shipped levels' values (flex/levels.yaml).
+	blue, _ := flex.DefaultPlans().Plan(flex.LevelBlue)
+	if want := "q" + blue[flex.KnobImageQuality] + " "; !strings.Contains(c.ClosedBy, want) || !strings.Contains(c.ClosedBy, "video_bitrate_kbps="+blue[flex.KnobVideoBitrateKbps]) {
+		t.Errorf("compress closed by %q, want blue's image_quality and video_bitrate_kbps", c.ClosedBy)
+	}
+	red, _ := flex.DefaultPlans().Plan(flex.LevelRed)
+	if e := by["edgecache"]; !strings.Contains(e.ClosedBy+by["timeline"].ClosedBy, "timeline_delay_ratio="+red[flex.KnobTimelineDelayRatio]) {
+		t.Errorf("edge/timeline closed by %q / %q, want red's timeline_delay_ratio %s", e.ClosedBy, by["timeline"].ClosedBy, red[flex.KnobTimelineDelayRatio])
 	}
 }
 
