@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"willow/edgecache/s4lru"
@@ -30,13 +32,35 @@ import (
 // .json without bytes or whose size differs. Every read checks the bytes
 // against the recorded SHA-256; a mismatch (a torn or corrupted file)
 // deletes the entry and counts as a miss.
+//
+// An entry is known good once this process wrote it (add) or checked its
+// bytes (get). Only a known-good entry is sent from its file (open: the
+// HTTP hit path's sendfile), so a torn file left by a crash is never sent:
+// after a restart every entry is checked by its first get before open
+// will hand it out.
 type diskTier struct {
 	dir     string
+	dirFile *os.File // dir, open: open's files are opened relative to it
+	dirFD   int      // dirFile's descriptor
 	log     *slog.Logger
 	onEvict func()
-	mu      sync.Mutex // guards c and the files
-	c       *s4lru.Cache[struct{}]
+	mu      sync.Mutex // guards c, its entries and the files
+	c       *s4lru.Cache[*diskEntry]
+	opened  atomic.Int64 // files open handed out (hits sent from a file)
 }
+
+// diskEntry is the index's record of one entry.
+type diskEntry struct {
+	name    string    // of the data file in dir (hex SHA-256 of the key)
+	bytes   int64     // length of the data file
+	etag    string    // of the bytes: open hands the file out for this object only
+	good    bool      // written or checked by this process
+	touched time.Time // the .json's modification time, as last set (restart recency)
+}
+
+// touchEvery bounds how often a hit served by open updates its entry's
+// .json modification time (the recency a restart rebuilds the index by).
+const touchEvery = time.Minute
 
 // diskMeta is the .json of one entry.
 type diskMeta struct {
@@ -62,11 +86,15 @@ func newDiskTier(base string, capacity int64, log *slog.Logger, onEvict func()) 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, diskLoad{}, fmt.Errorf("edgecache: disk tier: %w", err)
 	}
-	d := &diskTier{dir: dir, log: log, onEvict: onEvict}
-	d.c = s4lru.New(s4lru.Config[struct{}]{
+	df, err := os.Open(dir)
+	if err != nil {
+		return nil, diskLoad{}, fmt.Errorf("edgecache: disk tier: %w", err)
+	}
+	d := &diskTier{dir: dir, dirFile: df, dirFD: int(df.Fd()), log: log, onEvict: onEvict}
+	d.c = s4lru.New(s4lru.Config[*diskEntry]{
 		CapacityBytes: capacity,
 		Segments:      1,
-		OnEvict: func(key string, _ struct{}, _ int64) {
+		OnEvict: func(key string, _ *diskEntry, _ int64) {
 			d.removeFiles(key)
 			d.onEvict()
 		},
@@ -86,8 +114,9 @@ func (d *diskTier) load() (diskLoad, error) {
 		return st, fmt.Errorf("edgecache: disk tier: %w", err)
 	}
 	type found struct {
-		m   diskMeta
-		mod time.Time
+		m    diskMeta
+		name string
+		mod  time.Time
 	}
 	var keep []found
 	names := map[string]bool{}
@@ -117,7 +146,7 @@ func (d *diskTier) load() (diskLoad, error) {
 			if err != nil {
 				continue
 			}
-			keep = append(keep, found{m, info.ModTime()})
+			keep = append(keep, found{m, base, info.ModTime()})
 		default:
 			if !names[name+".json"] {
 				drop(name)
@@ -126,7 +155,7 @@ func (d *diskTier) load() (diskLoad, error) {
 	}
 	slices.SortFunc(keep, func(a, b found) int { return a.mod.Compare(b.mod) })
 	for _, f := range keep {
-		if d.c.Add(f.m.Key, struct{}{}, f.m.Bytes+128) {
+		if d.c.Add(f.m.Key, &diskEntry{name: f.name, bytes: f.m.Bytes, etag: f.m.ETag, touched: f.mod}, f.m.Bytes+128) {
 			st.Entries++
 			st.Bytes += f.m.Bytes
 		}
@@ -164,7 +193,8 @@ func (d *diskTier) removeFiles(key string) {
 func (d *diskTier) get(key string) (*object, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.c.Get(key); !ok {
+	e, ok := d.c.Get(key)
+	if !ok {
 		return nil, false
 	}
 	name := d.name(key)
@@ -185,8 +215,8 @@ func (d *diskTier) get(key string) (*object, bool) {
 		d.removeFiles(key)
 		return nil, false
 	}
-	now := time.Now()
-	os.Chtimes(filepath.Join(d.dir, name+".json"), now, now) // recency for the next restart
+	e.good = true
+	d.touch(e, time.Now())
 	o := &object{data: data, contentType: m.ContentType, etag: m.ETag, size: m.Size, sliced: m.Sliced}
 	if len(data) == 0 && !m.Sliced {
 		o.data = []byte{}
@@ -211,15 +241,52 @@ func (d *diskTier) add(key string, o *object) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	p := d.path(key)
+	name := d.name(key)
+	p := filepath.Join(d.dir, name)
 	if err := errors.Join(writeFile(p, o.data), writeFile(p+".json", mb)); err != nil {
 		d.removeFiles(key)
 		return fmt.Errorf("edgecache: disk tier write: %w", err)
 	}
-	if !d.c.Add(key, struct{}{}, m.Bytes+128) {
+	e := &diskEntry{name: name, bytes: m.Bytes, etag: o.etag, good: true, touched: time.Now()}
+	if !d.c.Add(key, e, m.Bytes+128) {
 		d.removeFiles(key)
 	}
 	return nil
+}
+
+// touch sets e's .json modification time to now (recency for the next
+// restart). d.mu is held.
+func (d *diskTier) touch(e *diskEntry, now time.Time) {
+	e.touched = now
+	os.Chtimes(filepath.Join(d.dir, e.name+".json"), now, now)
+}
+
+// open returns key's data file, opened read-only (a raw descriptor for
+// sendfile(2); the caller closes it with syscall.Close), when it holds o's
+// bytes (same length and ETag) and the entry is known good; ok is false
+// otherwise (not on disk, not yet checked since a restart, evicted
+// meanwhile). A hit counts as recency, in the index and at most every
+// touchEvery on the .json. The file is never rewritten in place (entries
+// are renamed into place and deleted), so an open file keeps the bytes it
+// had even if the entry is evicted or replaced while it is read.
+func (d *diskTier) open(key string, o *object) (fd int, ok bool) {
+	d.mu.Lock()
+	e, ok := d.c.Get(key)
+	if !ok || !e.good || e.bytes != int64(len(o.data)) || e.etag != o.etag {
+		d.mu.Unlock()
+		return -1, false
+	}
+	if now := time.Now(); now.Sub(e.touched) >= touchEvery {
+		d.touch(e, now)
+	}
+	name := e.name
+	d.mu.Unlock()
+	fd, err := syscall.Openat(d.dirFD, name, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, false // evicted since
+	}
+	d.opened.Add(1)
+	return fd, true
 }
 
 // len returns the number of entries.

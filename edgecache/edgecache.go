@@ -294,7 +294,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.lis = s.node.CountListener(lis) // counted as the node's network traffic
 	s.handler = s.m.instrument(nosniff(http.HandlerFunc(s.serveHTTP)))
-	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnContext: connContext}
 	if err := n.Guard().Declare(Methods()); err != nil {
 		return nil, err
 	}

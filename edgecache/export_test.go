@@ -2,3 +2,11 @@ package edgecache
 
 // JPEGFallback is jpegFallback, for the benchmark.
 var JPEGFallback = jpegFallback
+
+// DiskFilesSent is the number of hits s sent from a disk-tier file.
+func DiskFilesSent(s *Server) int64 {
+	if s.disk == nil {
+		return 0
+	}
+	return s.disk.opened.Load()
+}

@@ -111,7 +111,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead {
 			return
 		}
-		n, _ := w.Write(o.data)
+		var n int64
+		if fd, ok := s.diskFile(rq, o); ok {
+			// Held by the disk tier: sendfile from the page cache, not a
+			// copy of the memory tier's bytes into the socket.
+			n = sendBody(w, r, o.data, fd)
+		} else {
+			m, _ := w.Write(o.data)
+			n = int64(m)
+		}
 		s.m.bytesHTTP.Add(float64(n))
 		return
 	}
@@ -120,6 +128,25 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	cw := countingWriter{ResponseWriter: w}
 	http.ServeContent(&cw, r, "", o.modTime, s.open(r.Context(), rq, o, rangeEnd(r.Header.Get("Range"), o.size)))
 	s.m.bytesHTTP.Add(float64(cw.n))
+}
+
+// sendfileMin is the smallest object a hit sends from its disk-tier file;
+// below it, opening the file costs more than the copy it saves.
+const sendfileMin = 16 << 10
+
+// diskFile returns the disk tier's file of the object o a hit for rq
+// resolved to, opened, when the tier holds it and it is large enough to be
+// worth a sendfile.
+func (s *Server) diskFile(rq req, o *object) (fd int, ok bool) {
+	if s.disk == nil || len(o.data) < sendfileMin {
+		return -1, false
+	}
+	if rq.format == FormatJPEG && o.contentType == "image/jpeg" {
+		if fd, ok := s.disk.open(rq.base()+"@jpeg", o); ok {
+			return fd, true
+		}
+	}
+	return s.disk.open(rq.base(), o)
 }
 
 // countingWriter counts body bytes written.

@@ -1,6 +1,7 @@
 package edgecache
 
 import (
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -199,6 +200,28 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 		w.code = http.StatusOK
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom keeps the connection's ReadFrom (net/http's response turns a
+// copy from a file into sendfile(2)) behind the wrapper.
+func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(w.ResponseWriter, r)
+}
+
+// Flush passes http.Flusher through.
+func (w *statusWriter) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // Unwrap lets http.ResponseController reach the connection's writer.

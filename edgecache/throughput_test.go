@@ -240,7 +240,13 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 			b.Fatal(err)
 		}
 	}
-	e := startEdge(b, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	// The edge with its disk tier on the file system nginx serves from:
+	// hits are sent from the tier's files, as nginx sends its own.
+	cfg := edgecache.Config{DiskDir: b.TempDir()}
+	if os.Getenv("EDGECACHE_BENCH_NO_DISK") != "" {
+		cfg.DiskDir = "" // hits written from the memory tier
+	}
+	e := startEdge(b, "edge-a-1", cfg, edgecache.Deps{Store: st})
 	ngx, ngxCPU := startNginx(b, root)
 	urls := func(base string) []string {
 		var us []string

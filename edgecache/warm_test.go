@@ -2,6 +2,7 @@ package edgecache_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,8 +48,15 @@ func runEdge(t *testing.T, id string, cfg edgecache.Config, deps edgecache.Deps)
 // TestWarmDiskAfterRestart restarts an edge on the same disk directory: it
 // serves what it had on disk without an origin read, and an entry whose
 // file was torn (truncated or overwritten) is dropped and read from origin
-// again, never served.
+// again, never served: neither written from memory (3000 bytes) nor sent
+// from its file (20000 bytes, above the sendfile size).
 func TestWarmDiskAfterRestart(t *testing.T) {
+	for _, size := range []int{3000, 20000} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) { testWarmDiskAfterRestart(t, size) })
+	}
+}
+
+func testWarmDiskAfterRestart(t *testing.T, size int) {
 	st := newStore(t)
 	dir := t.TempDir()
 	// Memory is tiny, so every hit after the restart comes from disk.
@@ -56,13 +64,13 @@ func TestWarmDiskAfterRestart(t *testing.T) {
 	const n = 6
 	var ids []media.ID
 	for i := range n {
-		ids = append(ids, put(t, st, media.LocStore, i, media.VariantLarge, "image/heic", payload(3000+i, byte(i))))
+		ids = append(ids, put(t, st, media.LocStore, i, media.VariantLarge, "image/heic", payload(size+i, byte(i))))
 	}
 	e, stop := runEdge(t, "edge-a-1", cfg, edgecache.Deps{Store: st})
 	etags := map[int]string{}
 	for i, id := range ids {
 		resp, body := get(t, e.url+path(id, media.VariantLarge), nil)
-		if resp.StatusCode != 200 || string(body) != string(payload(3000+i, byte(i))) {
+		if resp.StatusCode != 200 || string(body) != string(payload(size+i, byte(i))) {
 			t.Fatalf("object %d: status %d", i, resp.StatusCode)
 		}
 		etags[i] = resp.Header.Get("ETag")
@@ -100,7 +108,7 @@ func TestWarmDiskAfterRestart(t *testing.T) {
 	defer stop()
 	for i, id := range ids {
 		resp, body := get(t, e.url+path(id, media.VariantLarge), nil)
-		if resp.StatusCode != 200 || string(body) != string(payload(3000+i, byte(i))) {
+		if resp.StatusCode != 200 || string(body) != string(payload(size+i, byte(i))) {
 			t.Fatalf("after restart object %d: status %d, %d bytes", i, resp.StatusCode, len(body))
 		}
 		if resp.Header.Get("ETag") != etags[i] {
@@ -109,6 +117,9 @@ func TestWarmDiskAfterRestart(t *testing.T) {
 	}
 	if got := st.gets.Load(); got != 2 {
 		t.Fatalf("%d origin reads after the restart, want 2 (only the two torn entries)", got)
+	}
+	if n, want := edgecache.DiskFilesSent(e.srv), int64(n); size >= 16<<10 && n != want {
+		t.Fatalf("%d hits sent from disk files after the restart, want %d (each checked first)", n, want)
 	}
 	if _, err := os.Stat(filepath.Join(objs, "deadbeef.tmp")); !os.IsNotExist(err) {
 		t.Fatalf("temporary file kept: %v", err)

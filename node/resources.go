@@ -92,6 +92,10 @@ func (c *countingConn) ReadFrom(r io.Reader) (int64, error) {
 	return n, err
 }
 
+// NetConn returns the wrapped connection (as tls.Conn.NetConn does), for
+// a server that sets socket options on it.
+func (c *countingConn) NetConn() net.Conn { return c.Conn }
+
 func (c *countingConn) Close() error {
 	c.c.in.Add(c.in.Swap(0))
 	c.c.out.Add(c.out.Swap(0))

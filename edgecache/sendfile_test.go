@@ -1,0 +1,97 @@
+package edgecache_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"testing"
+
+	"willow/edgecache"
+	"willow/media"
+)
+
+// TestHitSentFromDiskFile: a hit on an object the disk tier holds is sent
+// from its file (sendfile), with the same bytes and headers as the memory
+// write, on a connection that stays open; Range, conditional and HEAD
+// requests, small objects and a writer that is not a socket still get
+// the right answer; the bytes are counted.
+func TestHitSentFromDiskFile(t *testing.T) {
+	st := newStore(t)
+	data := payload(100<<10, 3)
+	id := put(t, st, media.LocStore, 1, media.VariantMedium, "image/heic", data)
+	small := put(t, st, media.LocStore, 2, media.VariantMedium, "image/heic", payload(1000, 4))
+	e := startEdge(t, "edge-a-1", edgecache.Config{DiskDir: t.TempDir()}, edgecache.Deps{Store: st})
+	u := e.url + path(id, media.VariantMedium)
+
+	fill, body := get(t, u, nil) // the fill (written through to the disk tier)
+	if fill.StatusCode != 200 || !bytes.Equal(body, data) {
+		t.Fatalf("fill: status %d, %d bytes", fill.StatusCode, len(body))
+	}
+	sent0 := edgecache.DiskFilesSent(e.srv)
+	bytes0 := counterValue(t, e.node, "willow_edgecache_bytes_served_total", "http")
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	reused := 0
+	const hits = 3
+	for i := range hits {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(ci httptrace.GotConnInfo) {
+				if ci.Reused {
+					reused++
+				}
+			},
+		}))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || !bytes.Equal(b, data) {
+			t.Fatalf("hit %d: status %d, %d bytes, %v", i, resp.StatusCode, len(b), err)
+		}
+		for _, h := range []string{"Content-Type", "Content-Length", "ETag", "Last-Modified", "Cache-Control", "Accept-Ranges", "X-Content-Type-Options"} {
+			if got, want := resp.Header.Get(h), fill.Header.Get(h); got != want || want == "" {
+				t.Errorf("hit %d: %s %q, the fill's %q", i, h, got, want)
+			}
+		}
+	}
+	if n := edgecache.DiskFilesSent(e.srv) - sent0; n != hits {
+		t.Fatalf("%d hits sent from the disk file, want %d", n, hits)
+	}
+	if reused != hits-1 {
+		t.Errorf("%d of %d hits on a reused connection, want %d (keep-alive after a sendfile)", reused, hits, hits-1)
+	}
+	if got := counterValue(t, e.node, "willow_edgecache_bytes_served_total", "http") - bytes0; got != float64(hits*len(data)) {
+		t.Errorf("bytes served %v, want %d", got, hits*len(data))
+	}
+
+	if resp, b := get(t, u, map[string]string{"Range": "bytes=10-19"}); resp.StatusCode != 206 || !bytes.Equal(b, data[10:20]) {
+		t.Errorf("range: status %d, %q", resp.StatusCode, b)
+	}
+	if resp, _ := get(t, u, map[string]string{"If-None-Match": fill.Header.Get("ETag")}); resp.StatusCode != 304 {
+		t.Errorf("If-None-Match: status %d, want 304", resp.StatusCode)
+	}
+	if resp, b := do(t, http.MethodHead, u, nil); resp.StatusCode != 200 || len(b) != 0 || resp.ContentLength != int64(len(data)) {
+		t.Errorf("HEAD: status %d, %d body bytes, length %d", resp.StatusCode, len(b), resp.ContentLength)
+	}
+	sent := edgecache.DiskFilesSent(e.srv)
+	rec := httptest.NewRecorder() // not a socket: written from memory
+	e.srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path(id, media.VariantMedium), nil))
+	if rec.Code != 200 || !bytes.Equal(rec.Body.Bytes(), data) {
+		t.Errorf("recorder: status %d, %d bytes", rec.Code, rec.Body.Len())
+	}
+	for range 2 {
+		if resp, b := get(t, e.url+path(small, media.VariantMedium), nil); resp.StatusCode != 200 || len(b) != 1000 {
+			t.Fatalf("small object: status %d, %d bytes", resp.StatusCode, len(b))
+		}
+	}
+	if n := edgecache.DiskFilesSent(e.srv) - sent; n != 1 {
+		// the recorder's hit opened the file (and wrote from memory); the
+		// small object never does
+		t.Errorf("%d more files sent, want 1 (the recorder's hit)", n)
+	}
+}
