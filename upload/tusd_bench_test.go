@@ -29,7 +29,8 @@ import (
 // the store with its record and journal entry; tusd's file store does
 // neither (no checksum unless the client sends one per request, no fsync).
 // WILLOW_BENCH_ROUNDS sets the rounds (default 3; medians are reported);
-// WILLOW_BENCH_DIR puts both stores there (default the test's temp dir).
+// WILLOW_BENCH_DIR puts both stores there (default the test's temp dir);
+// WILLOW_BENCH_ONLY=willow|tusd runs one server alone (for profiles).
 func BenchmarkTusVsTusd(b *testing.B) {
 	tusd, err := exec.LookPath(filepath.Join(os.Getenv("HOME"), "go", "bin", "tusd"))
 	if err != nil {
@@ -131,6 +132,7 @@ func BenchmarkTusVsTusd(b *testing.B) {
 		{"tusd", "http://127.0.0.1:" + port + "/files/", nil, false},
 		{"willow", "http://" + h.Addr() + upload.DefaultHTTPBasePath, tokens, true},
 	}
+	only := os.Getenv("WILLOW_BENCH_ONLY")
 	type run struct {
 		Server      int    `json:"server"`
 		File        int    `json:"file"`
@@ -156,6 +158,9 @@ func BenchmarkTusVsTusd(b *testing.B) {
 			for _, c := range []int{1, 16} {
 				for k := range servers {
 					si := (k + r) % len(servers)
+					if only != "" && servers[si].Name != only {
+						continue
+					}
 					runs = append(runs, run{si, fi, c, perWorker(size, c), fmt.Sprintf("%dMiB/c%d", size>>20, c)})
 				}
 			}
@@ -203,6 +208,12 @@ func BenchmarkTusVsTusd(b *testing.B) {
 	}
 	for _, tag := range tags {
 		b.Run(tag, func(b *testing.B) {
+			if only != "" {
+				b.ReportMetric(median(mbps[tag][only]), only+"-MB/s")
+				b.ReportMetric(median(ups[tag][only]), only+"-uploads/s")
+				b.ReportMetric(0, "ns/op")
+				return
+			}
 			w, t := median(mbps[tag]["willow"]), median(mbps[tag]["tusd"])
 			b.ReportMetric(t, "tusd-MB/s")
 			b.ReportMetric(w, "willow-MB/s")
