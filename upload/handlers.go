@@ -228,7 +228,7 @@ func (s *Server) Commit(ctx context.Context, req *willowv1.CommitRequest) (*will
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.commitSession(ctx, media.KeyFor(user, req.GetUploadId()))
+	o, err := s.commitSession(ctx, media.KeyFor(user, req.GetUploadId()), true)
 	if err != nil {
 		return nil, err
 	}

@@ -521,12 +521,15 @@ func (h *HTTP) current(key string) *inflight {
 
 // receive appends r's body to st from off. It stops at the body's end, at
 // a broken or idle connection, or when another request takes the upload
-// over, and always syncs before it returns the durable offset; whole is
-// true when the whole body was read. progress, when set, is called with
+// over, and syncs before it returns the durable offset; whole is true when
+// the whole body was read. commits: the caller commits the upload when the
+// whole body brings it to its length, so then receive returns the length
+// without recording it as an offset (the commit fsyncs the data, and
+// records the offset only if it fails). progress, when set, is called with
 // each new durable offset while the body is read. err is a protocol error
 // (pixel bomb, bytes beyond the upload's length, a mismatch) or a failed
 // sync.
-func (h *HTTP) receive(r *http.Request, st *staged, off int64, me *inflight, progress func(int64)) (durable int64, whole bool, err error) {
+func (h *HTTP) receive(r *http.Request, st *staged, off int64, me *inflight, commits bool, progress func(int64)) (durable int64, whole bool, err error) {
 	buf := make([]byte, httpReadBuf)
 	_, lastDurable := st.Offsets()
 	size := st.meta.Size
@@ -560,6 +563,11 @@ func (h *HTTP) receive(r *http.Request, st *staged, off int64, me *inflight, pro
 		}
 		if rerr != nil {
 			break // broken, idle or taken over: keep what arrived
+		}
+	}
+	if commits && whole && err == nil {
+		if written, _ := st.Offsets(); written == size {
+			return written, true, nil
 		}
 	}
 	durable, serr := st.Sync()
@@ -739,7 +747,7 @@ func (h *HTTP) head(w http.ResponseWriter, r *http.Request, p protocol, key stri
 		// In tus, offset == length is the acknowledgement: it is only
 		// ever reported after the commit (a commit that failed after the
 		// last PATCH is retried here).
-		o, err := h.s.commitSession(r.Context(), key)
+		o, err := h.s.commitSession(r.Context(), key, false) // tus: no variants in the answer
 		if err != nil {
 			h.fail(w, p, err)
 			return

@@ -172,7 +172,7 @@ func (h *HTTP) ietfReceive(w http.ResponseWriter, r *http.Request, p protocol, k
 		w.Header().Set("Upload-Offset", strconv.FormatInt(d, 10))
 		w.WriteHeader(statusUploadResumption)
 	}
-	durable, whole, err := h.receive(r, st, off, h.current(key), progress)
+	durable, whole, err := h.receive(r, st, off, h.current(key), complete, progress)
 	w.Header().Set("Upload-Offset", strconv.FormatInt(durable, 10))
 	if err != nil {
 		w.Header().Set("Upload-Complete", "?0")
@@ -185,7 +185,7 @@ func (h *HTTP) ietfReceive(w http.ResponseWriter, r *http.Request, p protocol, k
 			writeProblem(w, http.StatusBadRequest, problemLength, "the upload was marked complete short of its length", nil)
 			return
 		}
-		o, err := h.s.commitSession(r.Context(), key)
+		o, err := h.s.commitSession(r.Context(), key, true)
 		if err != nil {
 			// A server-side failure leaves the upload resumable (HEAD, then
 			// an empty PATCH with Upload-Complete: ?1); a rejection of the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,6 +86,14 @@ func runChild() int {
 	}
 	ctx := context.Background()
 	go srv.Run(ctx)
+	if addr := os.Getenv("CHILD_HTTP"); addr != "" {
+		h, err := upload.NewHTTP(srv, upload.HTTPConfig{Addr: addr})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		go func() { _ = h.Run(ctx) }()
+	}
 	if err := n.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -276,4 +285,107 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestKill9AfterTusAckLosesNothing: the tus path makes the staging
+// metadata durable only with the first sync and commits a body that ends
+// the upload without recording its offset (the commit fsyncs the data).
+// SIGKILL right after each answer: a committed upload's raw and record
+// are there, a half-sent upload resumes from the offset its PATCH
+// answered, and one only created (no byte acknowledged) starts over or
+// resumes at 0.
+func TestKill9AfterTusAckLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	staging, storeDir := filepath.Join(dir, "staging"), filepath.Join(dir, "store")
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	httpAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	compressAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) // never up
+	base := "http://" + httpAddr + upload.DefaultHTTPBasePath
+	data := photo(t)
+	auth := "Bearer " + tok(t, "kim", "moments")
+	create := func(id string) string {
+		t.Helper()
+		resp := do(t, "POST", base, map[string]string{"Tus-Resumable": "1.0.0", "Authorization": auth, "Upload-Length": strconv.Itoa(len(data)),
+			"Upload-Metadata": md("filetype", "image/jpeg", "business", "moments", "upload_id", id, "sha256", sum(data))}, nil)
+		if resp.StatusCode != 201 {
+			t.Fatalf("create %s: %d %s", id, resp.StatusCode, bodyOf(resp))
+		}
+		return resp.Header.Get("Location")
+	}
+	patch := func(loc string, off int, b []byte) *http.Response {
+		return do(t, "PATCH", loc, map[string]string{"Tus-Resumable": "1.0.0", "Authorization": auth,
+			"Content-Type": "application/offset+octet-stream", "Upload-Offset": strconv.Itoa(off)}, b)
+	}
+	head := func(loc string) *http.Response {
+		return do(t, "HEAD", loc, map[string]string{"Tus-Resumable": "1.0.0", "Authorization": auth}, nil)
+	}
+	kill := func(c *exec.Cmd) { _ = c.Process.Signal(syscall.SIGKILL); _ = c.Wait() }
+	env := "CHILD_HTTP=" + httpAddr
+	child := startChild(t, addr, staging, storeDir, compressAddr, env)
+	if err := testenv.WaitTCP(httpAddr, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// Only created, then killed.
+	created := create("tk-created")
+	kill(child)
+	child = startChild(t, addr, staging, storeDir, compressAddr, env)
+	if err := testenv.WaitTCP(httpAddr, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if resp := head(created); resp.StatusCode == 200 && resp.Header.Get("Upload-Offset") != "0" {
+		t.Fatalf("HEAD of an upload only created, after the kill: %d offset %q", resp.StatusCode, resp.Header.Get("Upload-Offset"))
+	}
+
+	// Half sent: its PATCH answered an offset; killed.
+	half := create("tk-half")
+	if resp := patch(half, 0, data[:len(data)/2]); resp.StatusCode != 204 || resp.Header.Get("Upload-Offset") != strconv.Itoa(len(data)/2) {
+		t.Fatalf("patch half: %d %v", resp.StatusCode, resp.Header)
+	}
+	kill(child)
+	child = startChild(t, addr, staging, storeDir, compressAddr, env)
+	if err := testenv.WaitTCP(httpAddr, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	resp := head(half)
+	if resp.StatusCode != 200 || resp.Header.Get("Upload-Offset") != strconv.Itoa(len(data)/2) {
+		t.Fatalf("HEAD of the half upload after the kill: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp = patch(half, len(data)/2, data[len(data)/2:]); resp.StatusCode != 204 || resp.Header.Get("Willow-Media-Id") == "" {
+		t.Fatalf("patch rest: %d %v %s", resp.StatusCode, resp.Header, bodyOf(resp))
+	}
+	halfID := resp.Header.Get("Willow-Media-Id")
+
+	// Whole body in one PATCH, acknowledged by its 204; killed at once.
+	whole := create("tk-whole")
+	if resp = patch(whole, 0, data); resp.StatusCode != 204 || resp.Header.Get("Upload-Offset") != strconv.Itoa(len(data)) {
+		t.Fatalf("patch whole: %d %v %s", resp.StatusCode, resp.Header, bodyOf(resp))
+	}
+	wholeID := resp.Header.Get("Willow-Media-Id")
+	kill(child)
+
+	st, err := fs.New(storeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{halfID, wholeID} {
+		mid, err := media.Parse(id)
+		if err != nil {
+			t.Fatalf("media id %q: %v", id, err)
+		}
+		if !bytes.Equal(storeBytes(t, st, media.RawKey(mid.Key)), data) {
+			t.Fatalf("%s: acknowledged raw lost or wrong", id)
+		}
+		if _, err := st.Stat(context.Background(), media.RecordKey(mid.Key)); err != nil {
+			t.Fatalf("%s: record: %v", id, err)
+		}
+	}
+	// After a restart the same upload is a duplicate of the same media.
+	startChild(t, addr, staging, storeDir, compressAddr, env)
+	if err := testenv.WaitTCP(httpAddr, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if resp = head(whole); resp.StatusCode != 200 || resp.Header.Get("Willow-Media-Id") != wholeID {
+		t.Fatalf("HEAD of the committed upload after the kill: %d %v", resp.StatusCode, resp.Header)
+	}
 }

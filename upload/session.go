@@ -368,17 +368,18 @@ func (s *Server) duplicateOutcome(rec Record) Outcome {
 // image header), makes the raw bytes and the record durable in the store
 // or a pool, journals the compress job and only then returns; the first
 // compress attempt runs at once and its variants are in the outcome when it
-// finishes within Config.CommitWait. Committing a committed upload returns
-// its outcome with Duplicate set.
-func (s *Server) commitSession(ctx context.Context, key string) (Outcome, error) {
-	o, err := s.commitStaged(ctx, key)
+// finishes within Config.CommitWait (when wait is set: a transport whose
+// answer carries no variants, tus, does not wait). Committing a committed
+// upload returns its outcome with Duplicate set.
+func (s *Server) commitSession(ctx context.Context, key string, wait bool) (Outcome, error) {
+	o, err := s.commitStaged(ctx, key, wait)
 	s.commits.count(err)
 	return o, err
 }
 
 // commitStaged is commitSession's work, whatever the protocol (gRPC
 // Commit, tus, IETF).
-func (s *Server) commitStaged(ctx context.Context, key string) (Outcome, error) {
+func (s *Server) commitStaged(ctx context.Context, key string, wait bool) (_ Outcome, err error) {
 	unlock := s.lock(key)
 	defer func() { unlock() }()
 	st, err := s.staged(key)
@@ -416,7 +417,14 @@ func (s *Server) commitStaged(ctx context.Context, key string) (Outcome, error) 
 	if err := s.checkOwner(st); err != nil {
 		return Outcome{}, err
 	}
-	durable, err := st.Sync()
+	// The data is fsynced here; its offset is recorded only if the commit
+	// fails and the transport answers with an offset to resume from.
+	durable, err := st.SyncData()
+	defer func() {
+		if err != nil {
+			_, _ = st.Sync()
+		}
+	}()
 	if errors.Is(err, errMoved) {
 		return Outcome{}, movedErr(key)
 	}
@@ -495,7 +503,7 @@ func (s *Server) commitStaged(ctx context.Context, key string) (Outcome, error) 
 			}
 			done <- r
 		}()
-		if s.cfg.CommitWait > 0 {
+		if wait && s.cfg.CommitWait > 0 {
 			t := time.NewTimer(s.cfg.CommitWait)
 			defer t.Stop()
 			select {

@@ -69,14 +69,20 @@ type staged struct {
 	dir  string
 	meta stageMeta
 
-	mu        sync.Mutex // guards everything below
-	f         *os.File
-	written   int64
-	durable   int64
-	sinceSync int64
-	seq       uint64
-	h         hash.Hash
-	committed *commitMarker
+	mu      sync.Mutex // guards everything below
+	f       *os.File
+	written int64
+	durable int64
+	// dataSynced: the data file's bytes [0, dataSynced) are fsynced (at
+	// least durable; more after SyncData).
+	dataSynced int64
+	// metaDurable: the metadata file and the staging dir's entries were
+	// fsynced by this process (a dir opened again is synced once more).
+	metaDurable bool
+	sinceSync   int64
+	seq         uint64
+	h           hash.Hash
+	committed   *commitMarker
 	// headerOK: the image header was read and passed the pixel check.
 	headerOK bool
 	// mirror, when set, copies every newly durable range to the region's
@@ -115,7 +121,12 @@ func writeFile(path string, b []byte, sync bool) error {
 	return iostat.SyncDir(filepath.Dir(path))
 }
 
-// createStaged makes a new staging dir for meta, durably.
+// createStaged makes a new staging dir for meta. The metadata is written
+// (atomically) but not fsynced: nothing is acknowledged for an upload
+// before its first sync, which makes the metadata and the directory
+// durable before the offset it records is (syncLocked). A crash before
+// that leaves no dir, one at offset 0, or one with unreadable metadata,
+// which scanStaging removes.
 func createStaged(dir string, meta stageMeta) (*staged, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -124,10 +135,7 @@ func createStaged(dir string, meta stageMeta) (*staged, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileSync(filepath.Join(dir, fileMeta), b); err != nil {
-		return nil, err
-	}
-	if err := iostat.SyncDir(filepath.Dir(dir)); err != nil {
+	if err := writeFile(filepath.Join(dir, fileMeta), b, false); err != nil {
 		return nil, err
 	}
 	return openStaged(dir)
@@ -180,7 +188,7 @@ func openStaged(dir string) (*staged, error) {
 		f.Close()
 		return nil, err
 	}
-	s.f, s.written, s.durable, s.seq = f, off, off, seq
+	s.f, s.written, s.durable, s.dataSynced, s.seq = f, off, off, off, seq
 	return s, nil
 }
 
@@ -316,12 +324,60 @@ func (s *staged) Sync() (int64, error) {
 	return s.durable, nil
 }
 
-func (s *staged) syncLocked() error {
-	if s.written == s.durable {
+// SyncData makes the received bytes [0, written) durable in the data file
+// without recording the offset, and returns written: what a commit needs
+// (it makes the raw, its record and journal entry durable and never
+// resumes). A caller that answers with an offset after SyncData instead
+// (the commit failed) calls Sync first.
+func (s *staged) SyncData() (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.committed != nil {
+		return s.meta.Size, nil
+	}
+	if s.written != s.dataSynced {
+		if err := iostat.Sync(s.f); err != nil {
+			return s.durable, fmt.Errorf("sync staged: %w", err)
+		}
+		s.dataSynced = s.written
+	}
+	return s.written, nil
+}
+
+// syncMetaLocked makes the metadata file, the staging dir's entries (meta,
+// data, offset) and the dir's own entry durable, once per open.
+func (s *staged) syncMetaLocked() error {
+	if s.metaDurable {
 		return nil
 	}
-	if err := iostat.Sync(s.f); err != nil {
-		return fmt.Errorf("sync staged: %w", err)
+	f, err := os.Open(filepath.Join(s.dir, fileMeta))
+	if err != nil {
+		return fmt.Errorf("sync staged meta: %w", err)
+	}
+	err = iostat.Sync(f)
+	f.Close()
+	if err == nil {
+		err = iostat.SyncDir(s.dir)
+	}
+	if err == nil {
+		err = iostat.SyncDir(filepath.Dir(s.dir))
+	}
+	if err != nil {
+		return fmt.Errorf("sync staged meta: %w", err)
+	}
+	s.metaDurable = true
+	return nil
+}
+
+func (s *staged) syncLocked() error {
+	if s.written == s.durable {
+		return s.syncMetaLocked()
+	}
+	if s.written != s.dataSynced {
+		if err := iostat.Sync(s.f); err != nil {
+			return fmt.Errorf("sync staged: %w", err)
+		}
+		s.dataSynced = s.written
 	}
 	hs, err := s.h.(encoding.BinaryMarshaler).MarshalBinary()
 	if err != nil {
@@ -348,6 +404,13 @@ func (s *staged) syncLocked() error {
 	}
 	if err != nil {
 		return fmt.Errorf("record offset: %w", err)
+	}
+	// The offset file is new on the first sync: its entry, and the
+	// metadata it depends on, are made durable before the offset is
+	// reported (a crash before leaves an offset without metadata, and
+	// scanStaging removes the dir: nothing was acknowledged).
+	if err := s.syncMetaLocked(); err != nil {
+		return err
 	}
 	s.durable = s.written
 	s.sinceSync = 0
@@ -384,7 +447,7 @@ func (s *staged) Reset() error {
 	if err != nil {
 		return err
 	}
-	s.written, s.durable, s.sinceSync, s.seq = 0, 0, 0, 0
+	s.written, s.durable, s.dataSynced, s.sinceSync, s.seq = 0, 0, 0, 0, 0
 	s.h = sha256.New()
 	if s.mirror != nil {
 		s.mirror.reset()

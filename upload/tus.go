@@ -228,14 +228,14 @@ func (h *HTTP) tusReceive(w http.ResponseWriter, r *http.Request, p protocol, ke
 	if verify != nil {
 		durable, err = h.receiveChecked(r, st, off, me, verify)
 	} else {
-		durable, _, err = h.receive(r, st, off, me, nil)
+		durable, _, err = h.receive(r, st, off, me, true, nil)
 	}
 	if err != nil {
 		h.fail(w, p, err)
 		return
 	}
 	if durable == ss.Size {
-		o, err := h.s.commitSession(r.Context(), key)
+		o, err := h.s.commitSession(r.Context(), key, false)
 		if err != nil {
 			h.fail(w, p, err)
 			return
