@@ -514,10 +514,7 @@ func (p *Pool) append(ctx context.Context, key string, meta []byte, r io.Reader,
 	if err := p.writable(); err != nil {
 		return err
 	}
-	p.mu.RLock()
-	_, live := p.index[key]
-	p.mu.RUnlock()
-	if live {
+	if p.hasKey(key) {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -676,6 +673,14 @@ func (b *blobReader) Close() error {
 	return nil
 }
 
+// hasKey reports whether key is in the index (not deleted).
+func (p *Pool) hasKey(key string) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	_, ok := p.index[key]
+	return ok
+}
+
 // Stat returns the entry for key, or an error wrapping ErrNotFound.
 func (p *Pool) Stat(key string) (Entry, error) {
 	p.mu.RLock()
@@ -705,10 +710,7 @@ func (p *Pool) delete(key string) error {
 	if err := p.writable(); err != nil {
 		return err
 	}
-	p.mu.RLock()
-	_, live := p.index[key]
-	p.mu.RUnlock()
-	if !live {
+	if !p.hasKey(key) {
 		return nil
 	}
 	n := recordLen(len(key), 0, 0)
