@@ -26,7 +26,9 @@ import (
 //     audited with actor AutoFlexActor and a reason naming the rules and the
 //     signal values that fired ("compress queue p99 1.8 s > 1 s for 10 s").
 //   - Up: a rule fires when its signal has stayed above its threshold for
-//     its dwell; the level becomes the highest level asked by a firing rule,
+//     its dwell, counted from the last step at the earliest (a level is
+//     judged by its own effect, not by the backlog the level before left
+//     behind); the level becomes the highest level asked by a firing rule,
 //     never above the ceiling (default yellow). A level above the ceiling
 //     (a human's red) is never touched. A rule does not fire again within
 //     its cooldown.
@@ -384,7 +386,17 @@ func (e *autoEngine) decide(now time.Time, cur string, mem autoMemory) (autoStep
 	for i, r := range e.pol.Rules {
 		st := e.st[i]
 		li := e.levelIndex(r.Level)
-		if li <= ci || st.aboveSince.IsZero() || now.Sub(st.aboveSince) < r.Dwell {
+		if li <= ci || st.aboveSince.IsZero() {
+			continue
+		}
+		// A level is judged by its own effect: the dwell counts from the
+		// last step at the earliest, so "blue is not enough" is seen at
+		// blue, not in the backlog normal left behind.
+		from := st.aboveSince
+		if mem.LastStepAt != 0 && lastStep.After(from) {
+			from = lastStep
+		}
+		if now.Sub(from) < r.Dwell {
 			continue
 		}
 		if at, ok := mem.Fired[r.Name]; ok && now.Sub(time.UnixMilli(at)) < r.Cooldown {
@@ -393,7 +405,7 @@ func (e *autoEngine) decide(now time.Time, cur string, mem autoMemory) (autoStep
 		target = max(target, min(li, ceil))
 		fired = append(fired, r.Name)
 		why = append(why, fmt.Sprintf("%s: %s %s > %s for %s", r.Name, signalTable[r.Signal].label,
-			fmtSignal(r.Signal, st.value), fmtSignal(r.Signal, r.Above), fmtSecs(now.Sub(st.aboveSince))))
+			fmtSignal(r.Signal, st.value), fmtSignal(r.Signal, r.Above), fmtSecs(now.Sub(from))))
 	}
 	if target > ci {
 		return autoStep{Level: e.levels[target], Up: true, Rules: fired, Reason: strings.Join(why, "; ")}, true

@@ -266,6 +266,44 @@ func TestAutoHoldThroughThePeak(t *testing.T) {
 	}
 }
 
+// TestAutoLevelJudgedByItsOwnEffect: the dwell of a rule for a higher
+// level counts from the last step, so the backlog normal left behind does
+// not take blue straight on to yellow; yellow comes only if blue does not
+// bring the signal down within the dwell.
+func TestAutoLevelJudgedByItsOwnEffect(t *testing.T) {
+	y := `
+rules:
+  - {name: cd, signal: compress_demand, above: 2, below: 1, dwell: 5s, cooldown: 60s, level: blue}
+  - {name: cdh, signal: compress_demand, above: 3, below: 1.5, dwell: 15s, cooldown: 60s, level: yellow}
+`
+	demand := func(v float64) func(int) map[string]float64 {
+		return constSig(map[string]float64{SignalCompressDemand: v})
+	}
+	s := newSim(t, y)
+	s.run(6*time.Second, demand(3.5)) // blue after 5 s above (6 samples); cdh is above too
+	if s.levels() != "blue" {
+		t.Fatalf("steps %q, want blue", s.levels())
+	}
+	// Blue drains the queue within 12 s: no yellow, though cdh's signal
+	// had been above 3 for 17 s in all.
+	s.run(12*time.Second, demand(3.5))
+	s.run(time.Minute, demand(1.8))
+	if s.levels() != "blue" {
+		t.Fatalf("steps %q: yellow before blue could act", s.levels())
+	}
+	// Blue is not enough: yellow a full dwell after the signal rose at blue.
+	s = newSim(t, y)
+	s.run(6*time.Second, demand(3.5))
+	blueAt := s.now
+	s.run(time.Minute, demand(3.5))
+	if s.levels() != "blue,yellow" || s.steps[1].Reason != "cdh: compress demand (tasks per worker) 3.5 > 3 for 15 s" {
+		t.Fatalf("steps %q (%+v)", s.levels(), s.steps)
+	}
+	if at := time.UnixMilli(s.mem.LastStepAt); at.Sub(blueAt) != 15*time.Second {
+		t.Fatalf("yellow %v after blue, want 15 s", at.Sub(blueAt))
+	}
+}
+
 // TestRateWindow: the mean over the heartbeats of the last 10 s.
 func TestRateWindow(t *testing.T) {
 	var w rateWindow
