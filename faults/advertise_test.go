@@ -54,7 +54,16 @@ func (c *localCluster) startExtra(t *testing.T, id, role, ip, advertise string, 
 	n := &extraNode{id: id, role: role, grpc: fmt.Sprintf("%s:%d", ip, gp), log: filepath.Join(c.dir, "logs", id+".log"), exited: make(chan error, 1)}
 	argv := []string{"-id", id, "-region", "c", "-grpc", fmt.Sprintf("0.0.0.0:%d", gp), "-admin", fmt.Sprintf("0.0.0.0:%d", ap),
 		"-master", c.file.Master}
-	env := append(os.Environ(), "POD_IP=")
+	// The credentials deploy/local's lib.sh gives its nodes through the
+	// environment (docs/security.md): the node secret up.sh generated,
+	// without which a node refuses to start, and the upload secret.
+	secret, err := os.ReadFile(filepath.Join(c.dir, "run", "cluster-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "POD_IP=", "WILLOW_CLUSTER_SECRET="+strings.TrimSpace(string(secret)),
+		"WILLOW_UPLOAD_SECRET="+c.file.UploadSecret) // the edge checks client tokens with it
+
 	if role == "edgecache" || role == "upload" { // edge GETs; the front's tus / IETF uploads
 		hp := freeAnyPort(t)
 		n.http = fmt.Sprintf("%s:%d", ip, hp)
@@ -174,8 +183,15 @@ func TestAdvertiseAndRetire(t *testing.T) {
 	defer router.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	// Route is a client's call: it carries the client's upload token.
+	secret := []byte(c.file.UploadSecret)
+	routeTok, err := token.Sign(secret, "u-retire", "moments", time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routeCtx := client.WithToken(ctx, routeTok)
 	for role, want := range map[string][]*extraNode{"upload": {up}, "compress": {cp}, "edgecache": {e1, e2}} {
-		rr, err := router.Route(ctx, role, "")
+		rr, err := router.Route(routeCtx, role, "")
 		if err != nil {
 			t.Fatalf("Route %s: %v", role, err)
 		}
@@ -201,7 +217,6 @@ func TestAdvertiseAndRetire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := []byte(c.file.UploadSecret)
 	cl := &client.Client{Router: router, CallTimeout: time.Minute, URLKeys: keys, Token: func(u, b string) (string, error) {
 		return token.Sign(secret, u, b, time.Now().Add(time.Hour))
 	}}

@@ -421,13 +421,13 @@ func midStream(t *testing.T, c *localCluster) {
 		t.Fatal(err)
 	}
 	uc := willowv1.NewUploadClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	uploadID := fmt.Sprintf("midstream-%d", time.Now().UnixNano())
 	tok, err := token.Sign(c.secret, "u-mid", "moments", time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(client.WithToken(context.Background(), tok), 30*time.Second)
+	defer cancel()
 	if _, err := uc.Begin(ctx, &willowv1.BeginRequest{UploadId: uploadID, Token: tok, Business: "moments", User: "u-mid",
 		Kind: willowv1.Kind_KIND_IMAGE, Size: int64(len(photo)), Sha256: shaHex, Filename: "dragonfly.jpg"}); err != nil {
 		t.Fatalf("Begin on upload-a-1 (%s): %v", addr, err)
