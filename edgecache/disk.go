@@ -44,18 +44,50 @@ type diskTier struct {
 	dirFD   int      // dirFile's descriptor
 	log     *slog.Logger
 	onEvict func()
-	mu      sync.Mutex // guards c, its entries and the files
+	mu      sync.Mutex // guards c, its entries, the files, fds and closed
 	c       *s4lru.Cache[*diskEntry]
+	fds     []*diskEntry // entries given an open file, oldest replaced first
+	next    int          // the slot of fds replaced next once it is full
+	closed  bool         // close ran: open keeps no file open
 	opened  atomic.Int64 // files open handed out (hits sent from a file)
+}
+
+// maxOpenFiles bounds the data files the tier keeps open for hits to send
+// (one descriptor per entry, the oldest given up first).
+const maxOpenFiles = 1024
+
+// entryFile is an entry's open data file, shared by the hits sending it
+// (sendfile at an explicit offset, so they share no file position). The
+// entry holds one reference while it keeps the file open, each hit one
+// while it sends; the last release closes the descriptor.
+type entryFile struct {
+	fd   int
+	refs atomic.Int32
+}
+
+func (f *entryFile) release() {
+	if f.refs.Add(-1) == 0 {
+		syscall.Close(f.fd)
+	}
+}
+
+// dropFile gives up e's open file (evicted, replaced, dropped, or its slot
+// reused). d.mu is held.
+func (e *diskEntry) dropFile() {
+	if e.file != nil {
+		e.file.release()
+		e.file = nil
+	}
 }
 
 // diskEntry is the index's record of one entry.
 type diskEntry struct {
-	name    string    // of the data file in dir (hex SHA-256 of the key)
-	bytes   int64     // length of the data file
-	etag    string    // of the bytes: open hands the file out for this object only
-	good    bool      // written or checked by this process
-	touched time.Time // the .json's modification time, as last set (restart recency)
+	name    string     // of the data file in dir (hex SHA-256 of the key)
+	bytes   int64      // length of the data file
+	etag    string     // of the bytes: open hands the file out for this object only
+	good    bool       // written or checked by this process
+	touched time.Time  // the .json's modification time, as last set (restart recency)
+	file    *entryFile // open data file, or nil
 }
 
 // touchEvery bounds how often a hit served by open updates its entry's
@@ -94,7 +126,8 @@ func newDiskTier(base string, capacity int64, log *slog.Logger, onEvict func()) 
 	d.c = s4lru.New(s4lru.Config[*diskEntry]{
 		CapacityBytes: capacity,
 		Segments:      1,
-		OnEvict: func(key string, _ *diskEntry, _ int64) {
+		OnEvict: func(key string, e *diskEntry, _ int64) {
+			e.dropFile()
 			d.removeFiles(key)
 			d.onEvict()
 		},
@@ -211,6 +244,7 @@ func (d *diskTier) get(key string) (*object, bool) {
 	}
 	if err != nil {
 		d.log.Warn("disk tier entry dropped", "key", key, "err", err)
+		e.dropFile()
 		d.c.Remove(key)
 		d.removeFiles(key)
 		return nil, false
@@ -247,6 +281,9 @@ func (d *diskTier) add(key string, o *object) error {
 		d.removeFiles(key)
 		return fmt.Errorf("edgecache: disk tier write: %w", err)
 	}
+	if old, ok := d.c.Peek(key); ok {
+		old.dropFile() // its file was replaced
+	}
 	e := &diskEntry{name: name, bytes: m.Bytes, etag: o.etag, good: true, touched: time.Now()}
 	if !d.c.Add(key, e, m.Bytes+128) {
 		d.removeFiles(key)
@@ -261,32 +298,61 @@ func (d *diskTier) touch(e *diskEntry, now time.Time) {
 	os.Chtimes(filepath.Join(d.dir, e.name+".json"), now, now)
 }
 
-// open returns key's data file, opened read-only (a raw descriptor for
-// sendfile(2); the caller closes it with syscall.Close), when it holds o's
-// bytes (same length and ETag) and the entry is known good; ok is false
-// otherwise (not on disk, not yet checked since a restart, evicted
-// meanwhile). A hit counts as recency, in the index and at most every
-// touchEvery on the .json. The file is never rewritten in place (entries
-// are renamed into place and deleted), so an open file keeps the bytes it
-// had even if the entry is evicted or replaced while it is read.
-func (d *diskTier) open(key string, o *object) (fd int, ok bool) {
+// open returns key's data file, open (for sendfile; the caller releases
+// it), when it holds o's bytes (same length and ETag) and the entry is
+// known good; ok is false otherwise (not on disk, not yet checked since a
+// restart, evicted meanwhile). The entry keeps the file open for its next
+// hits (at most maxOpenFiles entries do). A hit counts as recency, in the
+// index and at most every touchEvery on the .json. A data file is never
+// rewritten in place (entries are renamed into place and deleted), so an
+// open file keeps the bytes it had even if the entry is evicted or
+// replaced while it is sent.
+func (d *diskTier) open(key string, o *object) (*entryFile, bool) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	e, ok := d.c.Get(key)
 	if !ok || !e.good || e.bytes != int64(len(o.data)) || e.etag != o.etag {
-		d.mu.Unlock()
-		return -1, false
+		return nil, false
 	}
 	if now := time.Now(); now.Sub(e.touched) >= touchEvery {
 		d.touch(e, now)
 	}
-	name := e.name
-	d.mu.Unlock()
-	fd, err := syscall.Openat(d.dirFD, name, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, false // evicted since
+	if e.file == nil {
+		fd, err := syscall.Openat(d.dirFD, e.name, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, false
+		}
+		f := &entryFile{fd: fd}
+		if d.closed {
+			f.refs.Store(1) // the caller's only
+			d.opened.Add(1)
+			return f, true
+		}
+		f.refs.Store(1) // the entry's
+		e.file = f
+		if len(d.fds) < maxOpenFiles {
+			d.fds = append(d.fds, e)
+		} else {
+			d.fds[d.next].dropFile()
+			d.fds[d.next] = e
+			d.next = (d.next + 1) % maxOpenFiles
+		}
 	}
+	e.file.refs.Add(1)
 	d.opened.Add(1)
-	return fd, true
+	return e.file, true
+}
+
+// close gives up the open files (each closed once the hits sending it
+// are done); open keeps none from now on.
+func (d *diskTier) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for _, e := range d.fds {
+		e.dropFile()
+	}
+	d.fds = nil
 }
 
 // len returns the number of entries.

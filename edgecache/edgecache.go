@@ -369,6 +369,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if serr := s.httpSrv.Shutdown(shCtx); serr != nil && err == nil {
 		err = fmt.Errorf("edgecache: http shutdown: %w", serr)
 	}
+	if s.disk != nil {
+		s.disk.close()
+	}
 	s.connMu.Lock()
 	for addr, c := range s.conns {
 		c.Close()

@@ -112,10 +112,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var n int64
-		if fd, ok := s.diskFile(rq, o); ok {
+		if f, ok := s.diskFile(rq, o); ok {
 			// Held by the disk tier: sendfile from the page cache, not a
 			// copy of the memory tier's bytes into the socket.
-			n = sendBody(w, r, o.data, fd)
+			n = sendBody(w, r, o.data, f)
 		} else {
 			m, _ := w.Write(o.data)
 			n = int64(m)
@@ -135,15 +135,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 const sendfileMin = 16 << 10
 
 // diskFile returns the disk tier's file of the object o a hit for rq
-// resolved to, opened, when the tier holds it and it is large enough to be
-// worth a sendfile.
-func (s *Server) diskFile(rq req, o *object) (fd int, ok bool) {
+// resolved to, when the tier holds it and it is large enough to be worth
+// a sendfile.
+func (s *Server) diskFile(rq req, o *object) (*entryFile, bool) {
 	if s.disk == nil || len(o.data) < sendfileMin {
-		return -1, false
+		return nil, false
 	}
 	if rq.format == FormatJPEG && o.contentType == "image/jpeg" {
-		if fd, ok := s.disk.open(rq.base()+"@jpeg", o); ok {
-			return fd, true
+		if f, ok := s.disk.open(rq.base()+"@jpeg", o); ok {
+			return f, true
 		}
 	}
 	return s.disk.open(rq.base(), o)

@@ -80,17 +80,17 @@ func (b *fileBody) WriteTo(w io.Writer) (int64, error) {
 	return int64(b.off - start), cmp.Or(err, serr)
 }
 
-// sendBody sends a hit's body from its disk-tier file fd through w's
+// sendBody sends a hit's body from its disk-tier file f through w's
 // ReadFrom (net/http's response: header and first bytes in one write, the
 // rest by fileBody.WriteTo), corked when r's connection is a plain TCP
-// socket, and closes fd. It returns the body bytes sent.
-func sendBody(w http.ResponseWriter, r *http.Request, data []byte, fd int) int64 {
-	defer syscall.Close(fd)
+// socket, and releases f. It returns the body bytes sent.
+func sendBody(w http.ResponseWriter, r *http.Request, data []byte, f *entryFile) int64 {
+	defer f.release()
 	if rc, ok := r.Context().Value(rawConnKey{}).(syscall.RawConn); ok {
 		cork(rc, 1)
 		defer cork(rc, 0) // pushes what the cork still holds
 	}
-	b := &fileBody{data: data, fd: fd}
+	b := &fileBody{data: data, fd: f.fd}
 	if rf, ok := w.(io.ReaderFrom); ok {
 		n, _ := rf.ReadFrom(b)
 		return n

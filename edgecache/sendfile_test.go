@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"willow/edgecache"
@@ -93,5 +96,54 @@ func TestHitSentFromDiskFile(t *testing.T) {
 		// the recorder's hit opened the file (and wrote from memory); the
 		// small object never does
 		t.Errorf("%d more files sent, want 1 (the recorder's hit)", n)
+	}
+}
+
+// openUnder counts this process's descriptors open on files in dir.
+func openUnder(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if p, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(p, dir+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDiskFilesClosed: the disk tier keeps an entry's file open for its
+// hits and closes it when the entry is evicted and when the edge stops;
+// an evicted object is still served (from memory).
+func TestDiskFilesClosed(t *testing.T) {
+	st := newStore(t)
+	const size = 32 << 10
+	var ids []media.ID
+	for i := range 3 {
+		ids = append(ids, put(t, st, media.LocStore, i, media.VariantMedium, "image/heic", payload(size, byte(i))))
+	}
+	dir := t.TempDir()
+	objs := filepath.Join(dir, "objects")
+	// The disk tier holds two of the three objects.
+	e, stop := runEdge(t, "edge-a-1", edgecache.Config{DiskDir: dir, DiskCapacityBytes: 2*size + 1024}, edgecache.Deps{Store: st})
+	for round := range 3 {
+		for i, id := range ids {
+			if resp, b := get(t, e.url+path(id, media.VariantMedium), nil); resp.StatusCode != 200 || !bytes.Equal(b, payload(size, byte(i))) {
+				t.Fatalf("round %d object %d: status %d, %d bytes", round, i, resp.StatusCode, len(b))
+			}
+		}
+	}
+	if n := openUnder(t, objs); n > 2 {
+		t.Errorf("%d files open in the disk tier, want at most 2 (its entries)", n)
+	}
+	if edgecache.DiskFilesSent(e.srv) == 0 {
+		t.Error("no hit sent from a disk file")
+	}
+	stop()
+	if n := openUnder(t, objs); n != 0 {
+		t.Errorf("%d files open in the disk tier after the edge stopped", n)
 	}
 }
