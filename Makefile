@@ -4,7 +4,7 @@ GOBIN := $(shell go env GOPATH)/bin
 export PATH := $(GOBIN):$(PATH)
 RUN_DIR ?= ./run
 
-.PHONY: setup build run test test-short test-faults soak bench bench-upload bench-compress bench-timeline bench-fleet bench-ring proto vet fmt fuzz
+.PHONY: setup build run test test-short test-faults soak bench bench-upload bench-compress bench-timeline bench-fleet bench-ring bench-edge proto vet fmt fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -75,6 +75,11 @@ bench-fleet: setup
 # keys moved and the hit-ratio dip on a replayed Zipf trace.
 bench-ring: setup
 	go test -run '^$$' -bench BenchmarkRingChurn -benchtime 1x -timeout 20m ./edgecache/ring
+
+# Edge cache against nginx (BENCHMARKS.md): cached hits of 100 KiB and 1 MiB
+# objects, the two servers alternating in 1 s slices, 3 runs per size.
+bench-edge: setup
+	go test -run '^$$' -bench BenchmarkHTTPvsNginx -benchtime 1x -count 3 -timeout 10m ./edgecache
 
 # Regenerates proto/willow/v1/*.pb.go with the generators pinned in
 # scripts/setup.sh (protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.5.1).

@@ -14,10 +14,9 @@ import (
 // sendfile(2), as nginx sends files: the kernel sends the page cache's
 // pages, where a write from the memory tier copies every byte into the
 // socket first (at 1 MiB that copy was more than half of a hit's CPU).
-// The header and the body's first bytes go out in one write and the rest
-// by sendfile, with TCP_CORK set around both so the header shares a segment
-// with the body (each loopback segment costs the sender the receiver's TCP
-// processing too).
+// The header goes out in one write and the body by sendfile, with TCP_CORK
+// set around both so the header shares a segment with the body (each
+// loopback segment costs the sender the receiver's TCP processing too).
 
 // fileBody is a hit's body held both in memory and in a disk-tier file,
 // for net/http's response ReadFrom: Read serves what net/http copies
@@ -80,9 +79,9 @@ func (b *fileBody) WriteTo(w io.Writer) (int64, error) {
 	return int64(b.off - start), cmp.Or(err, serr)
 }
 
-// sendBody sends a hit's body from its disk-tier file f through w's
-// ReadFrom (net/http's response: header and first bytes in one write, the
-// rest by fileBody.WriteTo), corked when r's connection is a plain TCP
+// sendBody flushes the header and sends a hit's body from its disk-tier
+// file f through w's ReadFrom (net/http's response, which calls
+// fileBody.WriteTo with the connection), corked when r's connection is a plain TCP
 // socket, and releases f. It returns the body bytes sent.
 func sendBody(w http.ResponseWriter, r *http.Request, data []byte, f *entryFile) int64 {
 	defer f.release()
@@ -91,6 +90,11 @@ func sendBody(w http.ResponseWriter, r *http.Request, data []byte, f *entryFile)
 		defer cork(rc, 0) // pushes what the cork still holds
 	}
 	b := &fileBody{data: data, fd: f.fd}
+	if fl, ok := w.(http.Flusher); ok {
+		// The header first (held by the cork), so that ReadFrom goes
+		// straight to sendfile instead of copying 512 bytes to sniff.
+		fl.Flush()
+	}
 	if rf, ok := w.(io.ReaderFrom); ok {
 		n, _ := rf.ReadFrom(b)
 		return n
