@@ -11,6 +11,8 @@
 //	p:AUTHOR POST     hash    the post: media IDs, posted-at, publish outcome
 //	in:{USER}         zset    USER's inbox; member "AUTHOR POST", score = delivery sequence
 //	h:{USER}          zset    USER's held items, score = hold sequence (publish order)
+//	sq:{SLOT}         string  the sequence counter of the users of one cluster slot
+//	                          (one server: {PREFIX}sq); SLOT is a tag of that slot's own
 //	{PREFIX}hu        zset    held users, score = the user's stable hash in [0,1)
 //	{PREFIX}ha        zset    held users, score = posted-at (ms) of their oldest held item
 //	{PREFIX}hc, rel   string  held item count, released item count
@@ -27,10 +29,15 @@
 // Guarantees:
 //   - Poll returns a user's items in delivery order with an exact cursor:
 //     every item gets a fresh sequence number when it becomes visible (on
-//     delivery or on release), one more than the inbox's newest, in the
+//     delivery or on release), the next of its slot's counter, in the
 //     same Lua script that makes it visible, so an item released later is
 //     never "in the past" of a cursor: nothing is skipped and nothing is
-//     returned twice.
+//     returned twice. (The counter is per slot, not per inbox, so a
+//     publish reads no inbox for its newest score.)
+//   - An inbox keeps the newest MaxInbox items: a release trims it
+//     exactly, a delivery on about one time in 16 (so no delivery pays
+//     for a trim it does not need), so between trims an inbox holds up
+//     to about 15 items more.
 //   - Publish is idempotent per (author, post ID): a retry, or a concurrent
 //     duplicate, yields one item per inbox; the first publish's media and
 //     time win.

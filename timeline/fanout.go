@@ -28,13 +28,16 @@ type target struct {
 func (s *Server) deliver(ctx context.Context, r string, posted int64, ts []target) (delivered, held int, err error) {
 	var calls []scriptCall
 	var who [][]int // indices into ts, per call
+	floor := s.seqFloor()
 	for _, idx := range s.bySlot(len(ts), func(i int) string { return ts[i].user }) {
+		seq := s.seq(s.slotOf(ts[idx[0]].user))
 		for len(idx) > 0 {
 			n := min(len(idx), s.cfg.FanoutBatch)
 			chunk := idx[:n]
 			idx = idx[n:]
-			c := scriptCall{keys: make([]string, 0, 2*n), args: make([]any, 0, 2+n)}
-			c.args = append(c.args, r, s.cfg.MaxInbox)
+			c := scriptCall{keys: make([]string, 0, 1+2*n), args: make([]any, 0, 3+n)}
+			c.keys = append(c.keys, seq)
+			c.args = append(c.args, r, s.cfg.MaxInbox, floor)
 			for _, i := range chunk {
 				c.keys = append(c.keys, s.rk.inbox(ts[i].user), s.rk.held(ts[i].user))
 				c.args = append(c.args, ts[i].mode)

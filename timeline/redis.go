@@ -3,7 +3,9 @@ package timeline
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -63,6 +65,37 @@ func (k redisKeys) heldAges() string  { return k.global + "ha" }
 func (k redisKeys) heldCount() string { return k.global + "hc" }
 func (k redisKeys) released() string  { return k.global + "rel" }
 func (k redisKeys) bucket() string    { return k.global + "rl" }
+
+// seq is the sequence counter of the users of slot (Server.slotOf): on
+// one server a shared key, on a cluster a key with a hash tag of that
+// slot's own (slotTag).
+func (s *Server) seq(slot int) string {
+	if !s.cluster {
+		return s.rk.global + "sq"
+	}
+	return s.rk.prefix + "sq:{" + slotTag(slot) + "}"
+}
+
+var slotTags = sync.OnceValue(func() []string {
+	tags := make([]string, redisconn.Slots)
+	for left, i := len(tags), 0; left > 0; i++ {
+		t := strconv.FormatInt(int64(i), 36)
+		if sl := redisconn.Slot("{" + t + "}"); tags[sl] == "" {
+			tags[sl] = t
+			left--
+		}
+	}
+	return tags
+})
+
+// slotTag is a hash tag that Redis Cluster puts in slot: the first
+// base-36 number that hashes there.
+func slotTag(slot int) string { return slotTags()[slot] }
+
+// seqFloor is publishScript's and moveScript's sequence floor: now in
+// µs. A slot's counter starts from it, above any inbox score written
+// before the counter.
+func (s *Server) seqFloor() int64 { return s.now().UnixMicro() }
 
 // slotOf groups users whose keys may share one script: by cluster slot on
 // a Redis Cluster, all together on one server.

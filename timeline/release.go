@@ -118,13 +118,16 @@ func (s *Server) move(ctx context.Context, users []string, budget int) (int, err
 			}
 			return q
 		}
+		floor := s.seqFloor()
 		for _, idx := range s.bySlot(len(users), func(i int) string { return users[i] }) {
+			seq := s.seq(s.slotOf(users[idx[0]]))
 			for len(idx) > 0 {
 				n := min(len(idx), s.cfg.FanoutBatch)
 				chunk := idx[:n]
 				idx = idx[n:]
-				c := scriptCall{keys: make([]string, 0, 2*n), args: make([]any, 0, 1+n)}
-				c.args = append(c.args, s.cfg.MaxInbox)
+				c := scriptCall{keys: make([]string, 0, 1+2*n), args: make([]any, 0, 2+n)}
+				c.keys = append(c.keys, seq)
+				c.args = append(c.args, s.cfg.MaxInbox, floor)
 				for _, i := range chunk {
 					c.keys = append(c.keys, s.rk.inbox(users[i]), s.rk.held(users[i]))
 					c.args = append(c.args, quota(i))

@@ -4,58 +4,95 @@ import "github.com/redis/go-redis/v9"
 
 // The scripts touch only the keys they are given, and each call's keys
 // share one Redis Cluster slot: a batch of users of one slot (their inbox
-// and held keys carry the user's hash tag), or the shared keys (one tag
-// of their own). Work that spans users of many slots is one script per
+// and held keys carry the user's hash tag) with that slot's sequence
+// counter, or the shared keys (one tag of their own). Work that spans users of many slots is one script per
 // slot, pipelined (Server.runScripts), with the shared keys updated in a
 // step of their own; the package doc says why that order keeps every
 // held user releasable.
 
 // publishScript delivers or holds one post for a batch of users.
 //
-// KEYS: inbox, held for each user. ARGV: ref ("AUTHOR POST"), max inbox,
-// then one mode per user: "a" the author (always delivered), "d" deliver
-// (unless the user has a backlog), "h" hold. An inbox or held score is
-// one more than that set's newest. Returns one code per user: 0
-// delivered, 1 already delivered, 2 held, 3 already held.
+// KEYS: the slot's sequence counter, then inbox, held for each user.
+// ARGV: ref ("AUTHOR POST"), max inbox, the sequence floor (the caller's
+// clock in µs), then one mode per user: "a" the author (always
+// delivered), "d" deliver (unless the user has a backlog), "h" hold.
+// Returns one code per user: 0 delivered, 1 already delivered, 2 held, 3
+// already held.
 //
 // It is the publish's cost per follower, so it issues as few commands as
-// it can: a follower without a backlog (the common case) costs EXISTS,
-// the newest-score ZRANGE, ZADD NX (which also tells a repeat) and the
-// trim; a held one ZSCORE, ZRANGE and ZADD NX. A user holding items gets
-// new ones held too, so posts reach the inbox in publish order.
-var publishScript = redis.NewScript(`
-local ref = ARGV[1]
-local maxInbox = tonumber(ARGV[2])
-local out = {}
-local function nextScore(key)
-  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if #top == 0 then return 1 end
-  return tonumber(top[2]) + 1
+// it can. Every item it adds, to an inbox or a held set, gets one score:
+// the slot's next sequence number (nextSeq), so no user's set is read
+// for its newest score. The backlog check (EXISTS on the held keys) goes
+// 50 users at a time, and only a group with some backlog asks each
+// user. So a follower without a backlog (the common case) costs one
+// ZADD NX (which also tells a repeat); a held one ZSCORE (already
+// delivered?) and ZADD NX. The inbox is trimmed to max inbox on about
+// one delivery in 16 ((seq + i) % 16 == 0), so it runs a few items over
+// between trims. A user holding items gets new ones held too, so posts
+// reach the inbox in publish order.
+var publishScript = redis.NewScript(nextSeq + publishSrc)
+
+// nextSeq starts every script that makes items visible or holds them:
+// seq is one more than the slot's counter KEYS[1], which the script
+// stores back. Scores come only from the counter, which grows with every
+// such script of the slot, so an item is always newer than every item
+// of its inbox or held set, whatever user it went to. A missing counter
+// starts at the floor (the clock in µs): above the scores written before
+// counters existed (one more than the inbox's newest), and above
+// anything a lost (evicted) counter handed out, since a counter grows by
+// one a script and a slot runs far fewer than one script a µs.
+const nextSeq = `
+local function nextSeq(floor)
+  local c = tonumber(redis.call('GET', KEYS[1]))
+  if c then return c + 1 end
+  return floor
 end
-for i = 1, #KEYS / 2 do
-  local inbox, hk, mode = KEYS[2*i-1], KEYS[2*i], ARGV[2+i]
-  local backlog = mode ~= 'h' and redis.call('EXISTS', hk) == 1
-  if mode == 'a' or (mode == 'd' and not backlog) then
-    if backlog and redis.call('ZSCORE', hk, ref) then
+`
+
+const publishSrc = `
+local ref, maxInbox = ARGV[1], tonumber(ARGV[2])
+local seq = nextSeq(tonumber(ARGV[3]))
+redis.call('SET', KEYS[1], seq)
+local n = (#KEYS - 1) / 2
+local backlog = {}
+local i = 1
+while i <= n do
+  local hks, idx = {}, {}
+  while i <= n and #hks < 50 do
+    if ARGV[3 + i] ~= 'h' then
+      hks[#hks + 1] = KEYS[2 * i + 1]
+      idx[#idx + 1] = i
+    end
+    i = i + 1
+  end
+  if #hks > 0 and redis.call('EXISTS', unpack(hks)) > 0 then
+    for _, j in ipairs(idx) do backlog[j] = redis.call('EXISTS', KEYS[2 * j + 1]) == 1 end
+  end
+end
+local out = {}
+for i = 1, n do
+  local inbox, hk, mode = KEYS[2 * i], KEYS[2 * i + 1], ARGV[3 + i]
+  if mode == 'a' or (mode == 'd' and not backlog[i]) then
+    if backlog[i] and redis.call('ZSCORE', hk, ref) then
       out[i] = 3
-    elseif redis.call('ZADD', inbox, 'NX', nextScore(inbox), ref) == 0 then
+    elseif redis.call('ZADD', inbox, 'NX', seq, ref) == 0 then
       out[i] = 1
     else
-      if maxInbox > 0 then
+      if maxInbox > 0 and (seq + i) % 16 == 0 then
         redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1))
       end
       out[i] = 0
     end
   elseif redis.call('ZSCORE', inbox, ref) then
     out[i] = 1
-  elseif redis.call('ZADD', hk, 'NX', nextScore(hk), ref) == 0 then
+  elseif redis.call('ZADD', hk, 'NX', seq, ref) == 0 then
     out[i] = 3
   else
     out[i] = 2
   end
 end
 return out
-`)
+`
 
 // takeScript starts a release step: it finds users no longer delayed who
 // hold items, and takes tokens for them from the cluster-wide bucket.
@@ -108,29 +145,32 @@ return out
 
 // moveScript releases held items of a batch of users into their inboxes.
 //
-// KEYS: inbox, held for each user. ARGV: max inbox, then one quota per
-// user. Each released item gets a fresh inbox score (one more than the
-// inbox's newest), so it lands after every cursor handed out. Returns
-// three values per user: items moved, items still held, the ref of the
-// oldest still held ("" when none).
-var moveScript = redis.NewScript(`
+// KEYS: the slot's sequence counter, then inbox, held for each user.
+// ARGV: max inbox, the sequence floor (as publishScript's), then one
+// quota per user. Each released item gets a fresh inbox score from the
+// slot's counter (a user's items in hold order), so it lands after every
+// cursor handed out; the inbox is trimmed to max inbox. Returns three
+// values per user: items moved, items still held, the ref of the oldest
+// still held ("" when none).
+var moveScript = redis.NewScript(nextSeq + `
 local maxInbox = tonumber(ARGV[1])
+local base = nextSeq(tonumber(ARGV[2]))
+local top = base - 1
 local out = {}
-for i = 1, #KEYS / 2 do
-  local inbox, hk, q = KEYS[2*i-1], KEYS[2*i], tonumber(ARGV[1+i])
+for i = 1, (#KEYS - 1) / 2 do
+  local inbox, hk, q = KEYS[2*i], KEYS[2*i+1], tonumber(ARGV[2+i])
   local moved = 0
   local refs = redis.call('ZRANGE', hk, 0, q - 1)
   if #refs > 0 then
-    local top = redis.call('ZRANGE', inbox, -1, -1, 'WITHSCORES')
-    local seq = 0
-    if #top > 0 then seq = tonumber(top[2]) end
+    local seq = base
     for _, ref in ipairs(refs) do
-      if redis.call('ZADD', inbox, 'NX', seq + 1, ref) == 1 then
+      if redis.call('ZADD', inbox, 'NX', seq, ref) == 1 then
         seq = seq + 1
       end
-      redis.call('ZREM', hk, ref)
       moved = moved + 1
     end
+    if seq - 1 > top then top = seq - 1 end
+    redis.call('ZREMRANGEBYRANK', hk, 0, #refs - 1)
     if maxInbox > 0 then
       redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1))
     end
@@ -142,5 +182,6 @@ for i = 1, #KEYS / 2 do
   out[#out + 1] = left
   out[#out + 1] = head
 end
+if top >= base then redis.call('SET', KEYS[1], top) end
 return out
 `)
