@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 
 	"willow/auth"
@@ -27,11 +28,17 @@ import (
 	"willow/urlsign"
 )
 
-// fanoutPages is how many FanoutBatch-sized scripts a publish sends in
-// one pipeline (and reads followers for in one SSCAN): a 5000-follower
-// publish takes two SSCANs and two pipelines, not ten sequential round
-// trips of each.
-const fanoutPages = 8
+// A publish reads followers scanPages FanoutBatch-sized pages at a time
+// (one SSCAN), and sends their scripts fanoutPages batches to a
+// pipeline, each pipeline as soon as its followers are read, at most
+// fanoutFlights pipelines in flight: the service builds the next
+// pipeline while Redis runs the last. A 5000-follower publish takes two
+// SSCANs and five pipelines, not ten sequential round trips of each.
+const (
+	scanPages     = 8
+	fanoutPages   = 2
+	fanoutFlights = 4
+)
 
 // Defaults for Config.
 const (
@@ -64,15 +71,16 @@ type Config struct {
 	// may not hold '{' or '}': the keys carry their own hash tags.
 	KeyPrefix string `yaml:"key_prefix"`
 	// MaxInbox is the number of items kept per inbox (oldest dropped
-	// first); default DefaultMaxInbox.
+	// first; a delivery trims on about one time in 16, see the package
+	// doc); default DefaultMaxInbox.
 	MaxInbox int `yaml:"max_inbox"`
 	// ReleaseBatch is the most items one release step moves; default
 	// DefaultReleaseBatch.
 	ReleaseBatch int `yaml:"release_batch"`
 	// FanoutBatch is the most followers handled per Redis script while
 	// publishing (on a Redis Cluster, a script takes the users of one
-	// slot); default DefaultFanoutBatch. A publish reads followers and
-	// sends scripts fanoutPages batches at a time, in one pipeline.
+	// slot); default DefaultFanoutBatch. A publish sends scripts
+	// fanoutPages batches at a time, in one pipeline.
 	FanoutBatch int `yaml:"fanout_batch"`
 	// IdleInterval is how often the release loop looks for work when
 	// there is none (a knob change wakes it at once); default
@@ -393,23 +401,34 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 	hash, now := s.node.UserHash(), s.now()
 	seen := map[string]bool{author: true}
 	batch := []target{{user: author, unit: hash.Unit(author, now), mode: "a"}}
-	flush := func() error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fanoutFlights)
+	var mu sync.Mutex
+	flush := func() {
 		if len(batch) == 0 {
+			return
+		}
+		b := batch
+		batch = nil
+		g.Go(func() error {
+			d, h, err := s.deliver(gctx, r, posted, b)
+			if err != nil {
+				return fmt.Errorf("timeline: publish %s: %w", r, err)
+			}
+			mu.Lock()
+			delivered += d
+			held += h
+			mu.Unlock()
 			return nil
-		}
-		d, h, err := s.deliver(ctx, r, posted, batch)
-		if err != nil {
-			return fmt.Errorf("timeline: publish %s: %w", r, err)
-		}
-		delivered += d
-		held += h
-		batch = batch[:0]
-		return nil
+		})
 	}
 	var cursor uint64
 	for {
-		users, next, err := s.rdb.SScan(ctx, s.rk.followers(author), cursor, "", int64(s.cfg.FanoutBatch*fanoutPages)).Result()
+		users, next, err := s.rdb.SScan(gctx, s.rk.followers(author), cursor, "", int64(s.cfg.FanoutBatch*scanPages)).Result()
 		if err != nil {
+			if werr := g.Wait(); werr != nil {
+				return 0, 0, werr
+			}
 			return 0, 0, fmt.Errorf("timeline: publish %s: followers: %w", r, err)
 		}
 		for _, u := range users {
@@ -423,9 +442,7 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 			}
 			batch = append(batch, t)
 			if len(batch) >= s.cfg.FanoutBatch*fanoutPages {
-				if err := flush(); err != nil {
-					return 0, 0, err
-				}
+				flush()
 			}
 		}
 		cursor = next
@@ -433,7 +450,8 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 			break
 		}
 	}
-	if err := flush(); err != nil {
+	flush()
+	if err := g.Wait(); err != nil {
 		return 0, 0, err
 	}
 	if err := s.rdb.HSet(ctx, pk, "done", "1", "d", delivered, "h", held).Err(); err != nil {
