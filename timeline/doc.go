@@ -37,7 +37,7 @@
 //   - An inbox keeps the newest MaxInbox items: a release trims it
 //     exactly, a delivery on about one time in 16 (so no delivery pays
 //     for a trim it does not need), so between trims an inbox holds up
-//     to about 15 items more.
+//     to about 15 items more; Poll reads among the newest MaxInbox only.
 //   - Publish is idempotent per (author, post ID): a retry, or a concurrent
 //     duplicate, yields one item per inbox; the first publish's media and
 //     time win.

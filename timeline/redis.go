@@ -22,7 +22,6 @@ type Redis interface {
 	SRem(ctx context.Context, key string, members ...any) *redis.IntCmd
 	SScan(ctx context.Context, key string, cursor uint64, match string, count int64) *redis.ScanCmd
 	HSet(ctx context.Context, key string, values ...any) *redis.IntCmd
-	ZRangeByScoreWithScores(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.ZSliceCmd
 }
 
 var (

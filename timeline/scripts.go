@@ -185,3 +185,20 @@ end
 if top >= base then redis.call('SET', KEYS[1], top) end
 return out
 `)
+
+// pollScript reads a page of one inbox: the items after a cursor, among
+// its newest max inbox only (a delivery trims the inbox lazily, so it
+// may hold a few older ones that a poll never shows).
+//
+// KEYS: inbox. ARGV: cursor (a score, as digits), limit, max inbox.
+// Returns member, score pairs (ZRANGEBYSCORE ... WITHSCORES). Scores stay
+// strings: a Lua number would print with 14 digits.
+var pollScript = redis.NewScript(`
+local min = '(' .. ARGV[1]
+local maxInbox = tonumber(ARGV[3])
+if maxInbox > 0 then
+  local f = redis.call('ZRANGE', KEYS[1], -maxInbox, -maxInbox, 'WITHSCORES')
+  if #f > 0 and tonumber(f[2]) > tonumber(ARGV[1]) then min = f[2] end
+end
+return redis.call('ZRANGEBYSCORE', KEYS[1], min, '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+`)

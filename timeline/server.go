@@ -501,11 +501,20 @@ func (s *Server) poll(ctx context.Context, user, cursor string, limit int) ([]*w
 		limit = DefaultPollLimit
 	}
 	limit = min(limit, MaxPollLimit)
-	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, s.rk.inbox(user), &redis.ZRangeBy{
-		Min: "(" + strconv.FormatInt(after, 10), Max: "+inf", Count: int64(limit),
-	}).Result()
+	page, err := pollScript.Run(ctx, s.rdb, []string{s.rk.inbox(user)}, after, limit, s.cfg.MaxInbox).StringSlice()
 	if err != nil {
 		return nil, "", fmt.Errorf("timeline: poll %s: %w", user, err)
+	}
+	if len(page)%2 != 0 {
+		return nil, "", fmt.Errorf("timeline: poll %s: %d values, want pairs", user, len(page))
+	}
+	zs := make([]redis.Z, 0, len(page)/2)
+	for i := 0; i < len(page); i += 2 {
+		sc, err := strconv.ParseFloat(page[i+1], 64)
+		if err != nil {
+			return nil, "", fmt.Errorf("timeline: poll %s: score %q: %w", user, page[i+1], err)
+		}
+		zs = append(zs, redis.Z{Member: page[i], Score: sc})
 	}
 	if len(zs) == 0 {
 		return nil, strconv.FormatInt(after, 10), nil
