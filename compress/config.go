@@ -34,9 +34,12 @@ const (
 	DefaultTaskTimeout  = 2 * time.Minute
 	DefaultRetryAfter   = 5 * time.Second
 	DefaultStoreTimeout = 30 * time.Second
-	// DefaultHEICPreset is the x265 preset libheif encodes with; chosen by
-	// BenchmarkHEICPreset (docs/compress.md).
-	DefaultHEICPreset = "fast"
+	// DefaultHEICPreset is the x265 preset libheif encodes with: ultrafast
+	// (was fast), with one encoder thread (DefaultHEICX265). Chosen by
+	// BenchmarkHEICTask (whole photo task CPU against JPEG q50) and
+	// BenchmarkHEICvsJPEG (bytes at equal SSIM against a libjpeg-turbo
+	// JPEG q85); the sweep is in BENCHMARKS.md and docs/compress.md.
+	DefaultHEICPreset = "ultrafast"
 	// DefaultHEICTune is the x265 tune: ssim (also libheif's own default),
 	// the fair one when the quality is chosen by SSIM (BenchmarkHEICvsJPEG).
 	DefaultHEICTune = "ssim"
@@ -50,7 +53,11 @@ const (
 )
 
 // DefaultHEICX265 are the x265 parameters set besides preset and tune.
-var DefaultHEICX265 = []string{}
+// pools=none: x265 encodes on the calling thread, with no thread pool.
+// Tasks run Workers = cores at a time, so process parallelism keeps the
+// cores busy, and a single-threaded encode spends less CPU per photo than
+// x265's own threads (BenchmarkHEICTask).
+var DefaultHEICX265 = []string{"pools=none"}
 
 const (
 	defaultImageQuality = flex.DefaultImageQuality

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -98,14 +99,17 @@ func BenchmarkHEICTask(b *testing.B) {
 		for p := 0; p < passes; p++ {
 			cur := make([]pass, len(settings))
 			for i, raw := range raws {
+				line := make([]string, len(settings))
 				for k := range settings {
 					// Rotate the order photo by photo so no setting always
 					// follows the same one.
 					k = (k + i + p) % len(settings)
 					c0, w0 := cpuNow(), time.Now()
 					outs, err := compress.Images(context.Background(), raw, settings[k].opt)
-					cur[k].cpu += cpuNow() - c0
+					cpu := cpuNow() - c0
+					cur[k].cpu += cpu
 					cur[k].wall += time.Since(w0)
+					line[k] = fmt.Sprintf("%s %.3f s", settings[k].name, cpu.Seconds())
 					if err != nil {
 						b.Fatalf("%s %s: %v", paths[i], settings[k].name, err)
 					}
@@ -115,6 +119,8 @@ func BenchmarkHEICTask(b *testing.B) {
 						}
 					}
 				}
+				// Progress on stderr, per photo: a run cut short still says something.
+				fmt.Fprintf(os.Stderr, "pass %d %s: %s\n", p+1, filepath.Base(paths[i]), strings.Join(line, "; "))
 			}
 			for k := range settings {
 				res[k] = append(res[k], cur[k])

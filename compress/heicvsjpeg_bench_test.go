@@ -61,7 +61,7 @@ func BenchmarkHEICvsJPEG(b *testing.B) {
 		}
 		settings = append(settings,
 			setting{name: "heic", codec: flex.CodecHEIC, q: 55, preset: compress.DefaultHEICPreset, tune: "psnr"},
-			setting{name: "heic", codec: flex.CodecHEIC, q: 60, preset: "ultrafast", tune: "ssim"})
+			setting{name: "heic (session 4's preset)", codec: flex.CodecHEIC, q: 50, preset: "fast", tune: "ssim", x265: []string{}})
 	}
 	type sums struct {
 		bytes           int64
