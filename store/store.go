@@ -50,9 +50,10 @@ type RangeGetter interface {
 
 // FileAdopter is the optional capability of storing a local file under a
 // key without copying its bytes (store/fs: a hard link when the file is on
-// the store's filesystem, a copy otherwise). The caller has made the file
-// durable (fsynced) and never changes it afterwards; like Put, a nil return
-// means the object is durable and readers see all of it or none.
+// the store's filesystem, a copy otherwise). The caller never changes the
+// file afterwards and fsyncs it (before or alongside AdoptFile) before it
+// relies on the object; a nil return then means, like Put, that the object
+// is durable and readers see all of it or none.
 type FileAdopter interface {
 	AdoptFile(ctx context.Context, key, path string, size int64, contentType string) error
 }

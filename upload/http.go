@@ -524,8 +524,8 @@ func (h *HTTP) current(key string) *inflight {
 // over, and syncs before it returns the durable offset; whole is true when
 // the whole body was read. commits: the caller commits the upload when the
 // whole body brings it to its length, so then receive returns the length
-// without recording it as an offset (the commit fsyncs the data, and
-// records the offset only if it fails). progress, when set, is called with
+// without syncing or recording it as an offset (the commit makes the raw
+// durable, and records the offset only if it fails). progress, when set, is called with
 // each new durable offset while the body is read. err is a protocol error
 // (pixel bomb, bytes beyond the upload's length, a mismatch) or a failed
 // sync.

@@ -417,23 +417,17 @@ func (s *Server) commitStaged(ctx context.Context, key string, wait bool) (_ Out
 	if err := s.checkOwner(st); err != nil {
 		return Outcome{}, err
 	}
-	// The data is fsynced here; its offset is recorded only if the commit
-	// fails and the transport answers with an offset to resume from.
-	durable, err := st.SyncData()
+	// The bytes need not be durable yet: the raw they become is fsynced
+	// by persist. Their offset is recorded only if the commit fails, for
+	// a transport that answers with an offset to resume from.
 	defer func() {
 		if err != nil {
 			_, _ = st.Sync()
 		}
 	}()
-	if errors.Is(err, errMoved) {
-		return Outcome{}, movedErr(key)
-	}
-	if err != nil {
-		return Outcome{}, errInternal(err)
-	}
-	if durable != meta.Size {
+	if written, _ := st.Offsets(); written != meta.Size {
 		s.m.uploads.WithLabelValues("rejected").Inc()
-		return Outcome{}, fail(ReasonSizeMismatch, "received %d of %d bytes", durable, meta.Size)
+		return Outcome{}, fail(ReasonSizeMismatch, "received %d of %d bytes", written, meta.Size)
 	}
 	got := st.Sum()
 	if meta.SHA256 != "" && got != meta.SHA256 {
@@ -467,16 +461,15 @@ func (s *Server) commitStaged(ctx context.Context, key string, wait bool) (_ Out
 		Size: meta.Size, SHA256: got, ContentType: ctype, State: StateProcessing,
 		Variants: []VariantEntry{}, Created: s.now().UTC(),
 	}
-	loc, err := s.persist(ctx, key, &rec, ra, size, meta.Deferred)
+	// The compress job is the durable promise of variants, made before the
+	// acknowledgement.
+	addJob := func(r *Record) error {
+		return s.journal.Add(ctx, job{Key: key, MediaID: r.ID, Business: r.Business, NextAt: s.now().Add(s.cfg.RetryMin).UnixMilli(),
+			FirstAt: s.now().UnixMilli()})
+	}
+	loc, err := s.persist(ctx, key, &rec, ra, size, meta.Deferred, addJob)
 	if err != nil {
 		return Outcome{}, err
-	}
-	if loc != LocationPool1 {
-		// The durable promise of variants, before the acknowledgement.
-		if err := s.journal.Add(ctx, job{Key: key, MediaID: rec.ID, Business: rec.Business, NextAt: s.now().Add(s.cfg.RetryMin).UnixMilli(),
-			FirstAt: s.now().UnixMilli()}); err != nil {
-			return Outcome{}, errInternal(err)
-		}
 	}
 	if err := st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: loc, At: s.now()}); err != nil {
 		s.log.Warn("upload: commit marker", "key", key, "err", err)

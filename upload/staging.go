@@ -73,9 +73,6 @@ type staged struct {
 	f       *os.File
 	written int64
 	durable int64
-	// dataSynced: the data file's bytes [0, dataSynced) are fsynced (at
-	// least durable; more after SyncData).
-	dataSynced int64
 	// metaDurable: the metadata file and the staging dir's entries were
 	// fsynced by this process (a dir opened again is synced once more).
 	metaDurable bool
@@ -188,7 +185,7 @@ func openStaged(dir string) (*staged, error) {
 		f.Close()
 		return nil, err
 	}
-	s.f, s.written, s.durable, s.dataSynced, s.seq = f, off, off, off, seq
+	s.f, s.written, s.durable, s.seq = f, off, off, seq
 	return s, nil
 }
 
@@ -324,26 +321,6 @@ func (s *staged) Sync() (int64, error) {
 	return s.durable, nil
 }
 
-// SyncData makes the received bytes [0, written) durable in the data file
-// without recording the offset, and returns written: what a commit needs
-// (it makes the raw, its record and journal entry durable and never
-// resumes). A caller that answers with an offset after SyncData instead
-// (the commit failed) calls Sync first.
-func (s *staged) SyncData() (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.committed != nil {
-		return s.meta.Size, nil
-	}
-	if s.written != s.dataSynced {
-		if err := iostat.Sync(s.f); err != nil {
-			return s.durable, fmt.Errorf("sync staged: %w", err)
-		}
-		s.dataSynced = s.written
-	}
-	return s.written, nil
-}
-
 // syncMetaLocked makes the metadata file, the staging dir's entries (meta,
 // data, offset) and the dir's own entry durable, once per open.
 func (s *staged) syncMetaLocked() error {
@@ -373,11 +350,8 @@ func (s *staged) syncLocked() error {
 	if s.written == s.durable {
 		return s.syncMetaLocked()
 	}
-	if s.written != s.dataSynced {
-		if err := iostat.Sync(s.f); err != nil {
-			return fmt.Errorf("sync staged: %w", err)
-		}
-		s.dataSynced = s.written
+	if err := iostat.Sync(s.f); err != nil {
+		return fmt.Errorf("sync staged: %w", err)
 	}
 	hs, err := s.h.(encoding.BinaryMarshaler).MarshalBinary()
 	if err != nil {
@@ -447,7 +421,7 @@ func (s *staged) Reset() error {
 	if err != nil {
 		return err
 	}
-	s.written, s.durable, s.dataSynced, s.sinceSync, s.seq = 0, 0, 0, 0, 0
+	s.written, s.durable, s.sinceSync, s.seq = 0, 0, 0, 0
 	s.h = sha256.New()
 	if s.mirror != nil {
 		s.mirror.reset()

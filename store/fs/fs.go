@@ -74,7 +74,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, co
 // store (a temporary name, then rename and an fsync of the directory), so
 // the bytes are neither read nor written again. When path is on another
 // filesystem (or links are refused) it copies it like Put. The file must
-// be durable already and never be written again.
+// never be written again; the caller fsyncs it (store.FileAdopter).
 func (s *Store) AdoptFile(ctx context.Context, key, path string, size int64, contentType string) error {
 	p, err := s.path(key)
 	if err != nil {
