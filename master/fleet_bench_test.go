@@ -70,26 +70,34 @@ func fleetMaster(redisURL string) int {
 	}
 	ctx := context.Background()
 	go s.Run(ctx)
-	if p := os.Getenv("WILLOW_FLEET_CPUPROFILE"); p != "" {
-		// The master's CPU profile over the measured part of the run: the
+	if p, hp := os.Getenv("WILLOW_FLEET_CPUPROFILE"), os.Getenv("WILLOW_FLEET_HEAPPROFILE"); p != "" || hp != "" {
+		// The master's profiles of the measured part of the run: the
 		// benchmark sends SIGUSR1 when it starts measuring, SIGUSR2 when
-		// it stops.
+		// it stops. The CPU profile covers the measured part; the heap
+		// profile (and HEAPPROFILE.goroutines, every goroutine's stack)
+		// is taken at its end.
 		sig := make(chan os.Signal, 2)
 		signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
 		go func() {
 			var f *os.File
 			for s := range sig {
 				switch {
-				case s == syscall.SIGUSR1 && f == nil:
+				case s == syscall.SIGUSR1 && f == nil && p != "":
 					if f, err = os.Create(p + ".tmp"); err == nil && pprof.StartCPUProfile(f) != nil {
 						f.Close()
 						f = nil
 					}
-				case s == syscall.SIGUSR2 && f != nil:
-					pprof.StopCPUProfile()
-					f.Close()
-					f = nil
-					_ = os.Rename(p+".tmp", p) // complete: the benchmark waits for it
+				case s == syscall.SIGUSR2:
+					if f != nil {
+						pprof.StopCPUProfile()
+						f.Close()
+						f = nil
+						_ = os.Rename(p+".tmp", p) // complete: the benchmark waits for it
+					}
+					if hp != "" {
+						writeProfile(hp+".goroutines", "goroutine", 1)
+						writeProfile(hp, "heap", 0)
+					}
 				}
 			}
 		}()
@@ -100,6 +108,18 @@ func fleetMaster(redisURL string) int {
 		return 1
 	}
 	return 0
+}
+
+// writeProfile writes the named runtime profile to file (whole, by rename).
+func writeProfile(file, name string, debug int) {
+	f, err := os.Create(file + ".tmp")
+	if err != nil {
+		return
+	}
+	err = pprof.Lookup(name).WriteTo(f, debug)
+	if f.Close() == nil && err == nil {
+		_ = os.Rename(file+".tmp", file)
+	}
 }
 
 func redisClient(url string) (*redis.Client, error) {
@@ -163,6 +183,15 @@ func pct(d []time.Duration, p float64) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	i := int(float64(len(s))*p+0.5) - 1 // nearest rank
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// fileMissing reports whether a wanted file (name != "") is not there yet.
+func fileMissing(name string) bool {
+	if name == "" || name == ".goroutines" {
+		return false
+	}
+	_, err := os.Stat(name)
+	return err != nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -375,17 +404,24 @@ func benchFleet(b *testing.B, n int) {
 	measuring.Store(true)
 	var prop, worst, route []time.Duration
 	missed, routeFailed := 0, 0
-	profile := os.Getenv("WILLOW_FLEET_CPUPROFILE") // the master's CPU profile of the measured part
+	// The master's profiles of the measured part (fleetMaster).
+	profile, heapProfile := os.Getenv("WILLOW_FLEET_CPUPROFILE"), os.Getenv("WILLOW_FLEET_HEAPPROFILE")
+	var stopOnce sync.Once
 	stopProfile := func() {
-		_ = cmd.Process.Signal(syscall.SIGUSR2)
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Stat(profile); err == nil {
+		stopOnce.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGUSR2)
+			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if fileMissing(profile) || fileMissing(heapProfile) || fileMissing(heapProfile+".goroutines") {
+					continue
+				}
 				return
 			}
-		}
+		})
 	}
-	if profile != "" {
-		_ = os.Remove(profile)
+	if profile != "" || heapProfile != "" {
+		for _, f := range []string{profile, heapProfile, heapProfile + ".goroutines"} {
+			_ = os.Remove(f)
+		}
 		_ = cmd.Process.Signal(syscall.SIGUSR1)
 		b.Cleanup(stopProfile) // before the master is killed, also when the run fails
 	}
@@ -439,7 +475,7 @@ func benchFleet(b *testing.B, n int) {
 		}
 	}
 	b.StopTimer()
-	if profile != "" {
+	if profile != "" || heapProfile != "" {
 		stopProfile()
 	}
 	cpu1, rss, err := procStat(pid)

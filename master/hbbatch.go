@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -16,100 +17,111 @@ import (
 // 1000 nodes queued its heartbeats for the master's whole Redis pool, and
 // a flex write behind them timed out (BenchmarkFleet).
 //
-// There is no background goroutine: the first heartbeat that finds no
-// batch in flight writes one, holding every heartbeat queued behind it
-// (up to hbBatchMax), and hands the turn to the first of those that came
-// after.
+// The queue is bounded and every step under its lock is O(1) but the
+// taking of a batch: at N = 5000 an earlier form (a waiting heartbeat
+// took itself out of the queue by scanning it, and each batch copied the
+// rest of the queue) held the lock for O(queue) while 180 000 handler
+// goroutines queued on it, the master's heap grew to 8 GiB and almost
+// every heartbeat missed its deadline (BenchmarkFleet, N=5000). Now a
+// heartbeat whose context ends just stops waiting (the writer skips it),
+// and a heartbeat that finds hbQueueMax ahead of it does not queue at all:
+// Redis is not keeping up, and it is answered as when Redis is away
+// (errHBBusy).
+//
+// A writer goroutine exists only while the queue is not empty: the
+// heartbeat that finds none starts one, and it exits when the queue is.
 
 // hbBatchMax bounds one batch (one script call keeps Redis busy for
 // about 10 µs per heartbeat).
 const hbBatchMax = 512
+
+// hbQueueMax bounds the heartbeats waiting for a batch: two seconds of
+// heartbeats of a 4000-node fleet, a few MiB of records.
+const hbQueueMax = 8192
+
+// errHBBusy: the heartbeat queue is full (Redis is not keeping up).
+var errHBBusy = errors.New("heartbeat queue full: redis is not keeping up")
 
 // hbCall is one heartbeat's write: the node's binding (fp: its
 // credential fingerprint, "" without auth) and its encoded record.
 type hbCall struct {
 	id, fp string
 	rec    []byte
-	res    string // the heartbeat script's answer for this node
+	ctx    context.Context // the heartbeat's: ended, the writer skips it
+	res    string          // the heartbeat script's answer for this node
 	err    error
 	done   chan struct{} // closed when res/err are set
-	turn   chan struct{} // closed when this call is to write the next batch
 }
 
 type hbBatcher struct {
+	limit   int // queue bound; 0: hbQueueMax
 	mu      sync.Mutex
 	queue   []*hbCall
-	running bool // a batch is in flight (its writer hands the turn on)
+	running bool // a writer goroutine is draining the queue
 }
 
 // do writes c with the heartbeats queued with it through write, and
-// returns its answer. A call still queued when ctx ends leaves the queue
-// (a stalled Redis must not hold heartbeats past their deadline).
+// returns its answer. A call still waiting when ctx ends returns
+// ctx.Err() at once (a stalled Redis must not hold heartbeats past their
+// deadline); one that finds the queue full returns errHBBusy.
 func (b *hbBatcher) do(ctx context.Context, c *hbCall, write func([]*hbCall) error) (string, error) {
-	c.done, c.turn = make(chan struct{}), make(chan struct{})
+	c.ctx, c.done = ctx, make(chan struct{})
+	limit := b.limit
+	if limit <= 0 {
+		limit = hbQueueMax
+	}
 	b.mu.Lock()
+	if len(b.queue) >= limit {
+		b.mu.Unlock()
+		return "", errHBBusy
+	}
 	b.queue = append(b.queue, c)
-	mine := !b.running
+	start := !b.running
 	b.running = true
 	b.mu.Unlock()
-	if !mine {
-		// Wait for the answer, or for the turn to write: the writer
-		// before hands it on only to the call at the head of the queue,
-		// so the turn always comes with c in the batch taken.
-		select {
-		case <-c.done:
-			return c.res, c.err
-		case <-c.turn:
-		case <-ctx.Done():
-			if b.leave(c) {
-				return "", ctx.Err()
-			}
-			select { // taken into a batch (bounded by its timeout), or given the turn
-			case <-c.done:
-				return c.res, c.err
-			case <-c.turn:
-			}
-		}
+	if start {
+		go b.drain(write)
 	}
-	b.mu.Lock()
-	n := min(len(b.queue), hbBatchMax)
-	batch := b.queue[:n:n]
-	b.queue = append([]*hbCall(nil), b.queue[n:]...)
-	b.mu.Unlock()
-	err := write(batch)
-	for _, x := range batch {
-		if err != nil {
-			x.err = err
-		}
-		close(x.done)
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+		return "", ctx.Err()
 	}
-	b.mu.Lock()
-	if len(b.queue) > 0 {
-		close(b.queue[0].turn)
-	} else {
-		b.running = false
-	}
-	b.mu.Unlock()
-	return c.res, c.err
 }
 
-// leave takes c out of the queue if it is still waiting there without
-// the turn, and reports whether it did.
-func (b *hbBatcher) leave(c *hbCall) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case <-c.turn:
-		return false
-	default:
-	}
-	for i, x := range b.queue {
-		if x == c {
-			b.queue = append(b.queue[:i:i], b.queue[i+1:]...)
-			return true
+// drain writes batches until the queue is empty. The calls whose context
+// ended while they waited are left out of their batch.
+func (b *hbBatcher) drain(write func([]*hbCall) error) {
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.queue = nil // do not keep a large backing array
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		n := min(len(b.queue), hbBatchMax)
+		taken := b.queue[:n:n]
+		b.queue = b.queue[n:]
+		b.mu.Unlock()
+		batch := make([]*hbCall, 0, len(taken))
+		for _, c := range taken {
+			if c.ctx.Err() == nil {
+				batch = append(batch, c)
+			}
+		}
+		var err error
+		if len(batch) > 0 {
+			err = write(batch)
+		}
+		for _, c := range batch {
+			if err != nil {
+				c.err = err
+			}
+			close(c.done)
 		}
 	}
-	return false
 }
 
 // writeHeartbeats runs the batch heartbeat script for batch (one call:
@@ -117,9 +129,9 @@ func (b *hbBatcher) leave(c *hbCall) bool {
 func (s *Server) writeHeartbeats(batch []*hbCall) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	keys := make([]string, 0, 1+2*len(batch))
+	keys := make([]string, 0, 3+2*len(batch))
 	args := make([]any, 0, 2+3*len(batch))
-	keys = append(keys, s.key("nodes"))
+	keys = append(keys, s.key("nodes"), s.regSeqKey(), s.regChangedKey())
 	args = append(args, s.cfg.MissedAfter.Milliseconds(), s.cfg.EntryTTL.Milliseconds())
 	for _, c := range batch {
 		keys = append(keys, s.bindKey(c.id), s.nodeKey(c.id))
@@ -138,18 +150,20 @@ func (s *Server) writeHeartbeats(batch []*hbCall) error {
 }
 
 // heartbeatBatchScript writes a batch of heartbeats. KEYS[1] is the node
-// index; then, per node i, KEYS[2i] its binding and KEYS[2i+1] its entry.
-// ARGV[1] is the binding TTL and ARGV[2] the entry TTL (ms); then, per
-// node i, ARGV[3i] its credential fingerprint ("": no auth), ARGV[3i+1]
-// its record and ARGV[3i+2] its ID. Per node it renews the binding (when
-// a fingerprint is given), refreshes the entry only if it exists and
-// keeps the node in the index, answering "ok", "gone" (the entry
-// expired: register again), "unbound" (the binding lapsed) or "taken"
-// (another live credential holds the ID).
+// index, KEYS[2] the registry's change sequence and KEYS[3] its change
+// log (registry_sync.go); then, per node i, KEYS[2i+2] its binding and
+// KEYS[2i+3] its entry. ARGV[1] is the binding TTL and ARGV[2] the entry
+// TTL (ms); then, per node i, ARGV[3i] its credential fingerprint ("":
+// no auth), ARGV[3i+1] its record and ARGV[3i+2] its ID. Per node it
+// renews the binding (when a fingerprint is given), refreshes the entry
+// only if it exists and keeps the node in the index, answering "ok",
+// "gone" (the entry expired: register again), "unbound" (the binding
+// lapsed) or "taken" (another live credential holds the ID). The nodes
+// written get one new change sequence number in the change log.
 var heartbeatBatchScript = redis.NewScript(`
 local out, live = {}, {}
-for i = 1, (#KEYS - 1) / 2 do
-  local bk, nk = KEYS[2*i], KEYS[2*i+1]
+for i = 1, (#KEYS - 3) / 2 do
+  local bk, nk = KEYS[2*i+2], KEYS[2*i+3]
   local fp, rec, id = ARGV[3*i], ARGV[3*i+1], ARGV[3*i+2]
   local r = 'ok'
   if fp ~= '' then
@@ -167,5 +181,10 @@ for i = 1, (#KEYS - 1) / 2 do
   end
   out[i] = r
 end
-if #live > 0 then redis.call('sadd', KEYS[1], unpack(live)) end
+if #live > 0 then
+  redis.call('sadd', KEYS[1], unpack(live))
+  local v, z = redis.call('incr', KEYS[2]), {}
+  for j, id in ipairs(live) do z[2*j-1] = v; z[2*j] = id end
+  redis.call('zadd', KEYS[3], unpack(z))
+end
 return out`)

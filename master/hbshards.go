@@ -57,33 +57,3 @@ func (h *hbShards) forget(known map[string]bool) {
 		sh.mu.Unlock()
 	}
 }
-
-// decodeCache keeps the entries decoded by the last registry load with
-// the raw Redis values they came from, so a reload decodes only the
-// records that changed since (a node heartbeats once a second, the
-// registry reloads four times a second).
-type decodeCache struct {
-	mu sync.Mutex
-	m  map[string]decoded
-}
-
-type decoded struct {
-	rec, health string
-	e           *entry
-}
-
-func (c *decodeCache) get(id, rec, health string) *entry {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d, ok := c.m[id]; ok && d.rec == rec && d.health == health {
-		return d.e
-	}
-	return nil
-}
-
-// replace keeps exactly the entries of the last load.
-func (c *decodeCache) replace(m map[string]decoded) {
-	c.mu.Lock()
-	c.m = m
-	c.mu.Unlock()
-}

@@ -12,6 +12,8 @@ type metrics struct {
 	transitions *prometheus.CounterVec
 	routes      *prometheus.CounterVec
 	isLeader    prometheus.Gauge
+	// hbNotWritten counts heartbeats answered without reaching Redis.
+	hbNotWritten *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -24,8 +26,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Route requests by role and gRPC code."}, []string{"role", "code"}),
 		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "willow_master_leader",
 			Help: "1 while this master holds the probe and ejection lease."}),
+		hbNotWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_master_heartbeats_not_written_total",
+			Help: "Heartbeats this master counted but could not write to Redis, by reason (redis: an error or timeout; queue_full: Redis not keeping up)."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.nodes, m.transitions, m.routes, m.isLeader)
+	for _, r := range []string{"redis", "queue_full"} {
+		m.hbNotWritten.WithLabelValues(r)
+	}
+	reg.MustRegister(m.nodes, m.transitions, m.routes, m.isLeader, m.hbNotWritten)
 	return m
 }
 

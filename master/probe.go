@@ -3,7 +3,6 @@ package master
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -171,14 +170,7 @@ func (s *Server) judgeOnce(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err = s.rdb.Pipelined(wctx, func(p redis.Pipeliner) error {
-		for id, h := range changed {
-			b, _ := json.Marshal(h)
-			p.Set(wctx, s.healthKey(id), b, s.healthTTL())
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.writeHealth(wctx, changed); err != nil {
 		return fmt.Errorf("master: write health: %w", err)
 	}
 	for _, e := range v.entries {

@@ -3,12 +3,12 @@ package master
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -181,12 +181,9 @@ func (s *Server) Register(ctx context.Context, req *willowv1.RegisterRequest) (*
 		s.log.Warn("register refused", "id", info.GetId(), "err", err)
 		return nil, err
 	}
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, s.nodeKey(info.GetId()), b, s.cfg.EntryTTL)
-		p.SAdd(ctx, s.key("nodes"), info.GetId())
-		p.SetNX(ctx, s.healthKey(info.GetId()), hb, s.healthTTL())
-		return nil
-	})
+	err = registerScript.Run(ctx, s.rdb,
+		[]string{s.key("nodes"), s.regSeqKey(), s.regChangedKey(), s.nodeKey(info.GetId()), s.healthKey(info.GetId())},
+		b, s.cfg.EntryTTL.Milliseconds(), hb, s.healthTTL().Milliseconds(), info.GetId()).Err()
 	if err != nil {
 		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "register %s: %v", info.GetId(), err)
 	}
@@ -222,9 +219,9 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	res, err := s.hbb.do(ctx, &hbCall{id: info.GetId(), fp: fp, rec: b}, s.writeHeartbeats)
 	switch {
 	case err != nil:
-		// Redis is away: this master still counts the heartbeat (Route
-		// uses it) and answers from its cache.
-		s.log.Warn("heartbeat: redis", "id", info.GetId(), "err", err)
+		// Redis is away or not keeping up (errHBBusy): this master still
+		// counts the heartbeat (Route uses it) and answers from its cache.
+		s.heartbeatNotWritten(info.GetId(), err)
 		return &willowv1.HeartbeatResponse{FlexVersion: s.flexSnapshot().GetVersion(),
 			Drills: s.drillsFor(info.GetId(), info.GetAddr(), now)}, nil
 	case res == "taken":
@@ -238,6 +235,21 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	resp := &willowv1.HeartbeatResponse{Reregister: res != "ok", FlexVersion: s.flexSnapshot().GetVersion()}
 	resp.Drills = s.drillsFor(info.GetId(), info.GetAddr(), now)
 	return resp, nil
+}
+
+// heartbeatNotWritten counts a heartbeat that did not reach Redis, and
+// logs one such a second at most: under overload every node's heartbeat
+// fails the same way, and a line each would add to the overload.
+func (s *Server) heartbeatNotWritten(id string, err error) {
+	reason := "redis"
+	if errors.Is(err, errHBBusy) {
+		reason = "queue_full"
+	}
+	s.met.hbNotWritten.WithLabelValues(reason).Inc()
+	now := s.now().UnixMilli()
+	if last := s.hbLogMs.Load(); now-last >= 1000 && s.hbLogMs.CompareAndSwap(last, now) {
+		s.log.Warn("heartbeat not written to redis (counted here; one line a second)", "id", id, "reason", reason, "err", err)
+	}
 }
 
 // loadView reads the whole registry from Redis. Entries whose record
@@ -263,67 +275,6 @@ func (s *Server) redisUpFor() time.Duration {
 		return 0
 	}
 	return s.now().Sub(s.redisUp)
-}
-
-func (s *Server) readView(ctx context.Context) (*view, error) {
-	ids, err := s.rdb.SMembers(ctx, s.key("nodes")).Result()
-	if err != nil {
-		return nil, fmt.Errorf("master: load registry: %w", err)
-	}
-	v := &view{at: s.now()}
-	if len(ids) == 0 {
-		return v, nil
-	}
-	sort.Strings(ids)
-	keys := make([]string, 0, 2*len(ids))
-	for _, id := range ids {
-		keys = append(keys, s.nodeKey(id))
-	}
-	for _, id := range ids {
-		keys = append(keys, s.healthKey(id))
-	}
-	vals, err := s.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("master: load registry: %w", err)
-	}
-	var gone []any
-	keep := make(map[string]decoded, len(ids))
-	for i, id := range ids {
-		rs, ok := vals[i].(string)
-		if !ok {
-			gone = append(gone, id)
-			continue
-		}
-		hs, _ := vals[len(ids)+i].(string)
-		if e := s.dec.get(id, rs, hs); e != nil { // unchanged since the last load
-			v.entries = append(v.entries, e)
-			keep[id] = decoded{rs, hs, e}
-			continue
-		}
-		r, err := decodeRecord([]byte(rs))
-		if err != nil {
-			s.log.Warn("bad registry entry", "id", id, "err", err)
-			continue
-		}
-		e := &entry{info: &willowv1.NodeInfo{}, load: &willowv1.Load{}, lastMs: r.LastMs, samples: r.Samples}
-		if err := proto.Unmarshal(r.Info, e.info); err != nil {
-			s.log.Warn("bad registry entry", "id", id, "err", err)
-			continue
-		}
-		_ = proto.Unmarshal(r.Load, e.load)
-		if hs != "" {
-			_ = json.Unmarshal([]byte(hs), &e.h)
-		}
-		v.entries = append(v.entries, e)
-		keep[id] = decoded{rs, hs, e}
-	}
-	s.dec.replace(keep)
-	if len(gone) > 0 {
-		if err := s.rdb.SRem(ctx, s.key("nodes"), gone...).Err(); err != nil {
-			s.log.Warn("prune registry", "err", err)
-		}
-	}
-	return v, nil
 }
 
 // cached returns the last registry snapshot, loading one if there is none.

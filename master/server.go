@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"willow/auth"
@@ -214,10 +215,11 @@ type Server struct {
 	drills  []*willowv1.Drill
 	hb      *hbShards // per node: heartbeats received by this master (own locks)
 	hbb     hbBatcher // heartbeat writes to Redis, by group commit
-	dec     decodeCache
+	reg     regState  // this master's copy of the registry (registry_sync.go)
 	leader  bool
-	probeAt int       // where the next probe round's turn of healthy nodes starts (runLeader only)
-	redisUp time.Time // since when Redis has answered; zero while it does not
+	probeAt int          // where the next probe round's turn of healthy nodes starts (runLeader only)
+	redisUp time.Time    // since when Redis has answered; zero while it does not
+	hbLogMs atomic.Int64 // when heartbeatNotWritten last logged, unix ms
 
 	ops *auth.Operators // operator identities (oncall.go); immutable
 

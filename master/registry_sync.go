@@ -1,0 +1,307 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	willowv1 "willow/proto/willow/v1"
+)
+
+// The registry reload is incremental. Every write of a node's entry or
+// health judgement (a heartbeat batch, Register, the leader's health
+// writes) is a script that also increments the registry's change
+// sequence (key nodes:seq) and scores the node's ID with the new value
+// in a sorted set (key nodes:changed; one member a node, so it holds at
+// most one per node). A master reads the IDs scored above the sequence
+// it last read and loads only those entries: at N = 5000 nodes a reload
+// reads about the 1250 entries that changed in the last 250 ms instead
+// of all 10 000 keys, four times a second (BenchmarkFleet).
+//
+// A full load (every ID in the index, as before) still runs at start,
+// every regFullEvery, and whenever the sequence is missing or went back
+// (Redis was flushed or restarted without its data): it finds the
+// entries that expired, which signal nothing, and any write a master
+// without change tracking made.
+
+// regFullEvery is how often the registry is loaded whole.
+const regFullEvery = 10 * time.Second
+
+func (s *Server) regSeqKey() string     { return s.key("nodes:seq") }
+func (s *Server) regChangedKey() string { return s.key("nodes:changed") }
+
+// regState is this master's copy of the shared registry: the decoded
+// entries with the raw Redis values they came from (a value seen again
+// is not decoded again), by ID, and how far the change log was read.
+type regState struct {
+	mu     sync.Mutex // one load at a time; guards the fields below
+	m      map[string]decoded
+	ids    []string  // the keys of m, sorted
+	seq    int64     // change sequence read up to; 0: none (load whole)
+	fullAt time.Time // the last full load
+}
+
+type decoded struct {
+	rec, health string
+	e           *entry
+}
+
+// readView loads the registry: the entries that changed since the last
+// load, or every entry when a full load is due.
+func (s *Server) readView(ctx context.Context) (*view, error) {
+	r := &s.reg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := s.now()
+	if r.seq == 0 || r.m == nil || now.Sub(r.fullAt) >= regFullEvery || now.Before(r.fullAt) {
+		return s.readFull(ctx, now)
+	}
+	return s.readChanged(ctx, now)
+}
+
+// view returns the entries of r in ID order (r.mu held).
+func (r *regState) view(at time.Time) *view {
+	v := &view{at: at, entries: make([]*entry, 0, len(r.ids))}
+	for _, id := range r.ids {
+		v.entries = append(v.entries, r.m[id].e)
+	}
+	return v
+}
+
+// seqOf parses the change sequence (0 when the key is missing).
+func seqOf(c *redis.StringCmd) (int64, error) {
+	v, err := c.Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
+// readFull loads every entry of the node index (r.mu held).
+func (s *Server) readFull(ctx context.Context, now time.Time) (*view, error) {
+	r := &s.reg
+	var seqCmd *redis.StringCmd
+	var idsCmd *redis.StringSliceCmd
+	// The sequence first: a change after it is read again next time.
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		seqCmd = p.Get(ctx, s.regSeqKey())
+		idsCmd = p.SMembers(ctx, s.key("nodes"))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("master: load registry: %w", err)
+	}
+	seq, err := seqOf(seqCmd)
+	if err != nil {
+		return nil, fmt.Errorf("master: load registry: %w", err)
+	}
+	ids, err := idsCmd.Result()
+	if err != nil {
+		return nil, fmt.Errorf("master: load registry: %w", err)
+	}
+	slices.Sort(ids)
+	keep := make(map[string]decoded, len(ids))
+	var gone []any
+	if len(ids) > 0 {
+		vals, err := s.mgetEntries(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		for i, id := range ids {
+			d, ok := s.decodeEntry(id, vals[i], vals[len(ids)+i], r.m[id])
+			switch {
+			case !ok:
+				gone = append(gone, id)
+			case d.e != nil:
+				keep[id] = d
+			}
+		}
+	}
+	r.m, r.seq, r.fullAt = keep, seq, now
+	r.ids = r.ids[:0]
+	for _, id := range ids {
+		if _, ok := keep[id]; ok {
+			r.ids = append(r.ids, id)
+		}
+	}
+	s.prune(ctx, gone)
+	return r.view(now), nil
+}
+
+// readChanged loads the entries that changed since r.seq (r.mu held).
+func (s *Server) readChanged(ctx context.Context, now time.Time) (*view, error) {
+	r := &s.reg
+	var seqCmd *redis.StringCmd
+	var zCmd *redis.ZSliceCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		seqCmd = p.Get(ctx, s.regSeqKey())
+		zCmd = p.ZRangeByScoreWithScores(ctx, s.regChangedKey(), &redis.ZRangeBy{
+			Min: "(" + strconv.FormatInt(r.seq, 10), Max: "+inf"})
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("master: load registry changes: %w", err)
+	}
+	seq, err := seqOf(seqCmd)
+	if err != nil {
+		return nil, fmt.Errorf("master: load registry changes: %w", err)
+	}
+	if seq < r.seq { // Redis lost the sequence (flushed, restarted empty)
+		return s.readFull(ctx, now)
+	}
+	z, err := zCmd.Result()
+	if err != nil {
+		return nil, fmt.Errorf("master: load registry changes: %w", err)
+	}
+	if len(z) == 0 {
+		return r.view(now), nil
+	}
+	ids := make([]string, 0, len(z))
+	top := r.seq
+	for _, m := range z {
+		id, _ := m.Member.(string)
+		ids = append(ids, id)
+		top = max(top, int64(m.Score))
+	}
+	vals, err := s.mgetEntries(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var gone []any
+	reorder := false
+	for i, id := range ids {
+		old, had := r.m[id]
+		d, ok := s.decodeEntry(id, vals[i], vals[len(ids)+i], old)
+		switch {
+		case !ok:
+			gone = append(gone, id)
+			if had {
+				delete(r.m, id)
+				reorder = true
+			}
+		case d.e != nil:
+			r.m[id] = d
+			reorder = reorder || !had
+		}
+	}
+	if reorder {
+		r.ids = r.ids[:0]
+		for id := range r.m {
+			r.ids = append(r.ids, id)
+		}
+		slices.Sort(r.ids)
+	}
+	r.seq = top
+	s.prune(ctx, gone)
+	return r.view(now), nil
+}
+
+// mgetEntries reads the entry and health values of ids: the entries
+// first, then the healths, in the order of ids.
+func (s *Server) mgetEntries(ctx context.Context, ids []string) ([]any, error) {
+	keys := make([]string, 0, 2*len(ids))
+	for _, id := range ids {
+		keys = append(keys, s.nodeKey(id))
+	}
+	for _, id := range ids {
+		keys = append(keys, s.healthKey(id))
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("master: load registry: %w", err)
+	}
+	return vals, nil
+}
+
+// decodeEntry decodes one node's values, reusing old when they did not
+// change. ok is false when the entry is gone (expired); a bad entry is
+// logged and comes back with a nil e.
+func (s *Server) decodeEntry(id string, recVal, healthVal any, old decoded) (d decoded, ok bool) {
+	rs, ok := recVal.(string)
+	if !ok {
+		return decoded{}, false
+	}
+	hs, _ := healthVal.(string)
+	if old.e != nil && old.rec == rs && old.health == hs {
+		return old, true
+	}
+	rec, err := decodeRecord([]byte(rs))
+	if err != nil {
+		s.log.Warn("bad registry entry", "id", id, "err", err)
+		return decoded{}, true
+	}
+	e := &entry{info: &willowv1.NodeInfo{}, load: &willowv1.Load{}, lastMs: rec.LastMs, samples: rec.Samples}
+	if err := proto.Unmarshal(rec.Info, e.info); err != nil {
+		s.log.Warn("bad registry entry", "id", id, "err", err)
+		return decoded{}, true
+	}
+	_ = proto.Unmarshal(rec.Load, e.load)
+	if hs != "" {
+		_ = json.Unmarshal([]byte(hs), &e.h)
+	}
+	return decoded{rs, hs, e}, true
+}
+
+// prune takes expired nodes out of the index and the change log.
+func (s *Server) prune(ctx context.Context, gone []any) {
+	if len(gone) == 0 {
+		return
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.SRem(ctx, s.key("nodes"), gone...)
+		p.ZRem(ctx, s.regChangedKey(), gone...)
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("prune registry", "err", err)
+	}
+}
+
+// registerScript writes a registering node's entry, adds it to the
+// index, creates its health judgement unless it has one, and logs the
+// change. KEYS: the index, the change sequence, the change log, the
+// entry, the health key; ARGV: the record, the entry TTL (ms), the
+// health JSON, the health TTL (ms), the node ID.
+var registerScript = redis.NewScript(`
+redis.call('set', KEYS[4], ARGV[1], 'PX', ARGV[2])
+redis.call('sadd', KEYS[1], ARGV[5])
+redis.call('set', KEYS[5], ARGV[3], 'NX', 'PX', ARGV[4])
+redis.call('zadd', KEYS[3], redis.call('incr', KEYS[2]), ARGV[5])
+return 1`)
+
+// healthScript writes health judgements and logs the change. KEYS[1] is
+// the change sequence, KEYS[2] the change log, then the health keys;
+// ARGV[1] is the TTL (ms), then per node i ARGV[2i] its health JSON and
+// ARGV[2i+1] its ID.
+var healthScript = redis.NewScript(`
+local v = redis.call('incr', KEYS[1])
+for i = 1, #KEYS - 2 do
+  redis.call('set', KEYS[2+i], ARGV[2*i], 'PX', ARGV[1])
+  redis.call('zadd', KEYS[2], v, ARGV[2*i+1])
+end
+return 1`)
+
+// writeHealth writes the health judgements in changed.
+func (s *Server) writeHealth(ctx context.Context, changed map[string]health) error {
+	keys := make([]string, 0, 2+len(changed))
+	args := make([]any, 0, 1+2*len(changed))
+	keys = append(keys, s.regSeqKey(), s.regChangedKey())
+	args = append(args, s.healthTTL().Milliseconds())
+	for id, h := range changed {
+		b, _ := json.Marshal(h)
+		keys = append(keys, s.healthKey(id))
+		args = append(args, b, id)
+	}
+	return healthScript.Run(ctx, s.rdb, keys, args...).Err()
+}
