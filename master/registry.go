@@ -174,6 +174,7 @@ func (s *Server) Register(ctx context.Context, req *willowv1.RegisterRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	s.routeHeartbeat(info.GetId())
 	hb, _ := json.Marshal(health{State: StateHealthy, SinceMs: now.UnixMilli()})
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -212,6 +213,7 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	if err != nil {
 		return nil, err
 	}
+	s.routeHeartbeat(info.GetId())
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	// Group commit: one script call for the heartbeats that arrive
@@ -335,6 +337,7 @@ func (s *Server) refresh(ctx context.Context) (*view, error) {
 		known[e.info.GetId()] = true
 	}
 	s.mu.Unlock()
+	s.installRouteIndex(v)
 	s.hb.forget(known) // nodes gone from the registry
 	s.met.observe(v, s.now(), s.cfg.MissedAfter)
 	return v, nil

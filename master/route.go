@@ -30,6 +30,21 @@ func loadScore(e *entry) float64 {
 // the two lists never share a region. It fails with UNAVAILABLE
 // (reason no_healthy_nodes) when no node of the role is healthy.
 func route(entries []*entry, now time.Time, missedAfter time.Duration, role, region string) (*willowv1.RouteResponse, error) {
+	return groupRoutes(entries, now, missedAfter, role).answer(role, region)
+}
+
+// roleRoutes is one role's healthy nodes, by region, as Route lists them.
+type roleRoutes struct {
+	// regions best first: most healthy nodes, then name.
+	regions []string
+	// eps is each region's endpoints, least loaded first (each slice at
+	// full capacity: a caller appending to it gets a copy).
+	eps map[string][]*willowv1.Endpoint
+}
+
+// groupRoutes lists the nodes of role in entries that heartbeat and are
+// judged healthy at now.
+func groupRoutes(entries []*entry, now time.Time, missedAfter time.Duration, role string) *roleRoutes {
 	byRegion := map[string][]*entry{}
 	for _, e := range entries {
 		if e.info.GetRole() != role {
@@ -40,39 +55,45 @@ func route(entries []*entry, now time.Time, missedAfter time.Duration, role, reg
 		}
 		byRegion[e.info.GetRegion()] = append(byRegion[e.info.GetRegion()], e)
 	}
-	if len(byRegion) == 0 {
-		return nil, rpcstatus.New(codes.Unavailable, ReasonNoHealthyNodes, "no healthy %s node in any region", role)
+	r := &roleRoutes{regions: make([]string, 0, len(byRegion)), eps: make(map[string][]*willowv1.Endpoint, len(byRegion))}
+	for reg, es := range byRegion {
+		r.regions = append(r.regions, reg)
+		eps := endpoints(es)
+		r.eps[reg] = eps[:len(eps):len(eps)]
 	}
-	// Regions other than the caller's, best first: most healthy nodes,
-	// then name.
-	others := make([]string, 0, len(byRegion))
-	for r := range byRegion {
-		if r != region {
-			others = append(others, r)
-		}
-	}
-	sort.Slice(others, func(i, j int) bool {
-		a, b := others[i], others[j]
+	sort.Slice(r.regions, func(i, j int) bool {
+		a, b := r.regions[i], r.regions[j]
 		if len(byRegion[a]) != len(byRegion[b]) {
 			return len(byRegion[a]) > len(byRegion[b])
 		}
 		return a < b
 	})
+	return r
+}
+
+// answer is the Route answer for a caller in region (Flex and TtlMs
+// unset). The endpoints are shared by every answer: read-only.
+func (r *roleRoutes) answer(role, region string) (*willowv1.RouteResponse, error) {
+	if r == nil || len(r.regions) == 0 {
+		return nil, rpcstatus.New(codes.Unavailable, ReasonNoHealthyNodes, "no healthy %s node in any region", role)
+	}
 	resp := &willowv1.RouteResponse{}
-	if _, ok := byRegion[region]; ok {
+	if _, ok := r.eps[region]; ok {
 		resp.PrimaryRegion = region
 	} else {
-		resp.PrimaryRegion, others = others[0], others[1:]
+		resp.PrimaryRegion = r.regions[0]
 		if region == "" {
 			resp.Reason = fmt.Sprintf("no caller region given; primary is region %s", resp.PrimaryRegion)
 		} else {
 			resp.Reason = fmt.Sprintf("region %s has no healthy %s node; primary is region %s", region, role, resp.PrimaryRegion)
 		}
 	}
-	resp.Primary = endpoints(byRegion[resp.PrimaryRegion])
-	if len(others) > 0 {
-		resp.SecondaryRegion = others[0]
-		resp.Secondary = endpoints(byRegion[resp.SecondaryRegion])
+	resp.Primary = r.eps[resp.PrimaryRegion]
+	for _, reg := range r.regions { // the best other region
+		if reg != resp.PrimaryRegion {
+			resp.SecondaryRegion, resp.Secondary = reg, r.eps[reg]
+			break
+		}
 	}
 	return resp, nil
 }
@@ -101,18 +122,19 @@ func endpoints(es []*entry) []*willowv1.Endpoint {
 // Route answers where a client of a region should send a role's requests:
 // a primary and a secondary list from different regions, the flex
 // snapshot and how long the answer may be cached. It answers from the
-// master's cached registry snapshot, so it keeps answering while Redis is
-// briefly down. Errors: INVALID_ARGUMENT (role) without a role,
-// UNAVAILABLE (no_healthy_nodes) when no node of the role is healthy.
+// master's in-memory route index (route_index.go), built from the cached
+// registry snapshot, so it keeps answering while Redis is briefly down.
+// Errors: INVALID_ARGUMENT (role) without a role, UNAVAILABLE
+// (no_healthy_nodes) when no node of the role is healthy.
 func (s *Server) Route(ctx context.Context, req *willowv1.RouteRequest) (*willowv1.RouteResponse, error) {
 	if req.GetRole() == "" {
 		return nil, rpcstatus.New(codes.InvalidArgument, ReasonRole, "route: role missing")
 	}
-	v, err := s.cachedRole(ctx, req.GetRole())
+	idx, err := s.routeIndex(ctx)
 	if err != nil {
 		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "route: %v", err)
 	}
-	resp, err := route(v.entries, s.now(), s.cfg.MissedAfter, req.GetRole(), req.GetRegion())
+	resp, err := idx.roles[req.GetRole()].answer(req.GetRole(), req.GetRegion())
 	s.met.route(req.GetRole(), err)
 	if err != nil {
 		return nil, err

@@ -213,9 +213,10 @@ type Server struct {
 	mu      sync.Mutex // guards view, drills and leader
 	view    *view      // last registry snapshot loaded from Redis
 	drills  []*willowv1.Drill
-	hb      *hbShards // per node: heartbeats received by this master (own locks)
-	hbb     hbBatcher // heartbeat writes to Redis, by group commit
-	reg     regState  // this master's copy of the registry (registry_sync.go)
+	hb      *hbShards  // per node: heartbeats received by this master (own locks)
+	hbb     hbBatcher  // heartbeat writes to Redis, by group commit
+	routes  routeState // Route's index of the snapshot (route_index.go)
+	reg     regState   // this master's copy of the registry (registry_sync.go)
 	leader  bool
 	probeAt int          // where the next probe round's turn of healthy nodes starts (runLeader only)
 	redisUp time.Time    // since when Redis has answered; zero while it does not

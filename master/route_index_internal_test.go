@@ -1,0 +1,95 @@
+package master
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	willowv1 "willow/proto/willow/v1"
+	"willow/rpcstatus"
+)
+
+// Route's index answers what a Route computed from the snapshot and this
+// master's heartbeats would, without rebuilding while nothing can have
+// changed: it is rebuilt when a listed node falls silent, when a node left
+// out for silence heartbeats again, for a new snapshot, and when the clock
+// goes back.
+func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
+	clock := &testClock{t: t0}
+	s := &Server{cfg: Config{MissedAfter: 3 * time.Second, SuccessWindow: 5 * time.Second}, now: clock.now, hb: newHBShards()}
+	s.view = &view{at: t0, entries: []*entry{
+		mk("upload", "a", "a1", StateHealthy, 0, 0),
+		mk("upload", "a", "a2", StateHealthy, 2*time.Second, 1), // silent for 2 s
+		mk("upload", "b", "b1", StateHealthy, 4*time.Second, 0), // silent: left out
+		mk("upload", "b", "b2", StateEjected, 0, 0),
+		mk("compress", "a", "c1", "", 0, 0), // no judgement yet: healthy
+	}}
+	ctx := context.Background()
+	show := func(role, region string) (string, *routeIdx) {
+		t.Helper()
+		idx, err := s.routeIndex(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := idx.roles[role].answer(role, region)
+		if err != nil {
+			return rpcstatus.Reason(err), idx
+		}
+		return resp.GetPrimaryRegion() + fmtList(ids(resp.GetPrimary())) + resp.GetSecondaryRegion() + fmtList(ids(resp.GetSecondary())), idx
+	}
+	check := func(what, role, region, want string) *routeIdx {
+		t.Helper()
+		got, idx := show(role, region)
+		if got != want {
+			t.Fatalf("%s: Route %s/%s = %s, want %s", what, role, region, got, want)
+		}
+		return idx
+	}
+	first := check("start", "upload", "a", "a[a1 a2]")
+	check("start", "compress", "b", "a[c1]")
+	if _, idx := show("upload", "b"); idx != first {
+		t.Fatal("index rebuilt with nothing changed")
+	}
+	if got, _ := show("upload", "b"); got != "a[a1 a2]" {
+		t.Fatalf("caller in b without healthy node there: %s", got)
+	}
+
+	// a2 falls silent past MissedAfter: out, without a new snapshot.
+	clock.add(1001 * time.Millisecond)
+	check("a2 silent 3 s", "upload", "a", "a[a1]")
+
+	// b1 heartbeats to this master: back in at once.
+	if _, err := s.encodeRecord(&willowv1.NodeInfo{Id: "b1", Role: "upload", Region: "b", Addr: "b1:1"}, &willowv1.Load{}, clock.now()); err != nil {
+		t.Fatal(err)
+	}
+	s.routeHeartbeat("b1")
+	check("b1 heartbeat", "upload", "a", "a[a1]b[b1]")
+
+	// A new snapshot replaces the index.
+	s.mu.Lock()
+	s.view = &view{at: clock.now(), entries: []*entry{mk("upload", "c", "c9", StateHealthy, -time.Second, 0)}}
+	s.mu.Unlock()
+	check("new snapshot", "upload", "a", "c[c9]")
+	check("new snapshot", "compress", "a", ReasonNoHealthyNodes)
+
+	// The clock goes back before the index was built: rebuilt.
+	built := s.routes.idx.Load()
+	clock.add(-time.Minute)
+	if _, idx := show("upload", "c"); idx == built {
+		t.Fatal("index kept after the clock went back")
+	}
+}
+
+func fmtList(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	s := "["
+	for i, id := range ids {
+		if i > 0 {
+			s += " "
+		}
+		s += id
+	}
+	return s + "]"
+}
