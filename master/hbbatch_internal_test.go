@@ -128,15 +128,7 @@ func TestHeartbeatGroupCommitErrorsAndLeave(t *testing.T) {
 		_, err := b.do(ctx, &hbCall{id: "leaves"}, write)
 		leftErr <- err
 	}()
-	for { // queued
-		b.mu.Lock()
-		q := len(b.queue)
-		b.mu.Unlock()
-		if q == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(&b, 1)
 	cancel()
 	if err := <-leftErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("queued call after its context ended: %v, want context.Canceled", err)
@@ -191,15 +183,7 @@ func TestHeartbeatQueueBound(t *testing.T) {
 			queued <- err
 		}()
 	}
-	for {
-		b.mu.Lock()
-		q := len(b.queue)
-		b.mu.Unlock()
-		if q == 8 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(&b, 8)
 	if _, err := b.do(context.Background(), &hbCall{id: "over"}, write); !errors.Is(err, errHBBusy) {
 		t.Fatalf("heartbeat over the bound: %v, want errHBBusy", err)
 	}
@@ -216,5 +200,18 @@ func TestHeartbeatQueueBound(t *testing.T) {
 	}
 	if res, err := b.do(context.Background(), &hbCall{id: "after"}, write); err != nil || res != "ok" {
 		t.Fatalf("heartbeat after the queue drained: %q %v", res, err)
+	}
+}
+
+// waitQueued waits until n calls wait in b's queue.
+func waitQueued(b *hbBatcher, n int) {
+	for {
+		b.mu.Lock()
+		q := len(b.queue)
+		b.mu.Unlock()
+		if q == n {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -286,16 +286,23 @@ func (s *Server) cached(ctx context.Context) (*view, error) { return s.cachedRol
 
 // cachedRole is cached for the nodes of one role ("": every role).
 func (s *Server) cachedRole(ctx context.Context, role string) (*view, error) {
+	v, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.withSeenOf(v, role), nil
+}
+
+// snapshot returns the last registry snapshot, loading one if there is
+// none.
+func (s *Server) snapshot(ctx context.Context) (*view, error) {
 	s.mu.Lock()
 	v := s.view
 	s.mu.Unlock()
 	if v.at.IsZero() {
-		var err error
-		if v, err = s.refresh(ctx); err != nil {
-			return nil, err
-		}
+		return s.refresh(ctx)
 	}
-	return s.withSeenOf(v, role), nil
+	return v, nil
 }
 
 // withSeen returns v with the last heartbeats this master received.

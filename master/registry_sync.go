@@ -76,9 +76,20 @@ func (r *regState) view(at time.Time) *view {
 	return v
 }
 
-// seqOf parses the change sequence (0 when the key is missing).
-func seqOf(c *redis.StringCmd) (int64, error) {
-	v, err := c.Result()
+// withSeq reads the change sequence (0 when the key is missing) and
+// queues the commands of more in the same pipeline; their results are
+// for the caller to check.
+func (s *Server) withSeq(ctx context.Context, more func(redis.Pipeliner)) (int64, error) {
+	var seqCmd *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		seqCmd = p.Get(ctx, s.regSeqKey())
+		more(p)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	v, err := seqCmd.Result()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -91,18 +102,9 @@ func seqOf(c *redis.StringCmd) (int64, error) {
 // readFull loads every entry of the node index (r.mu held).
 func (s *Server) readFull(ctx context.Context, now time.Time) (*view, error) {
 	r := &s.reg
-	var seqCmd *redis.StringCmd
 	var idsCmd *redis.StringSliceCmd
 	// The sequence first: a change after it is read again next time.
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		seqCmd = p.Get(ctx, s.regSeqKey())
-		idsCmd = p.SMembers(ctx, s.key("nodes"))
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("master: load registry: %w", err)
-	}
-	seq, err := seqOf(seqCmd)
+	seq, err := s.withSeq(ctx, func(p redis.Pipeliner) { idsCmd = p.SMembers(ctx, s.key("nodes")) })
 	if err != nil {
 		return nil, fmt.Errorf("master: load registry: %w", err)
 	}
@@ -142,18 +144,11 @@ func (s *Server) readFull(ctx context.Context, now time.Time) (*view, error) {
 // readChanged loads the entries that changed since r.seq (r.mu held).
 func (s *Server) readChanged(ctx context.Context, now time.Time) (*view, error) {
 	r := &s.reg
-	var seqCmd *redis.StringCmd
 	var zCmd *redis.ZSliceCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		seqCmd = p.Get(ctx, s.regSeqKey())
+	seq, err := s.withSeq(ctx, func(p redis.Pipeliner) {
 		zCmd = p.ZRangeByScoreWithScores(ctx, s.regChangedKey(), &redis.ZRangeBy{
 			Min: "(" + strconv.FormatInt(r.seq, 10), Max: "+inf"})
-		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("master: load registry changes: %w", err)
-	}
-	seq, err := seqOf(seqCmd)
 	if err != nil {
 		return nil, fmt.Errorf("master: load registry changes: %w", err)
 	}

@@ -74,14 +74,9 @@ func (idx *routeIdx) usable(v *view, now time.Time) bool {
 // routeIndex returns an index that answers for the current snapshot and
 // now, loading the snapshot first if there is none.
 func (s *Server) routeIndex(ctx context.Context) (*routeIdx, error) {
-	s.mu.Lock()
-	v := s.view
-	s.mu.Unlock()
-	if v.at.IsZero() {
-		var err error
-		if v, err = s.refresh(ctx); err != nil {
-			return nil, err
-		}
+	v, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
 	}
 	now := s.now()
 	if idx := s.routes.idx.Load(); idx.usable(v, now) {

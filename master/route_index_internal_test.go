@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 		if err != nil {
 			return rpcstatus.Reason(err), idx
 		}
-		return resp.GetPrimaryRegion() + fmtList(ids(resp.GetPrimary())) + resp.GetSecondaryRegion() + fmtList(ids(resp.GetSecondary())), idx
+		return fmt.Sprintf("%s %v %s %v", resp.GetPrimaryRegion(), ids(resp.GetPrimary()), resp.GetSecondaryRegion(), ids(resp.GetSecondary())), idx
 	}
 	check := func(what, role, region, want string) *routeIdx {
 		t.Helper()
@@ -45,31 +46,31 @@ func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 		}
 		return idx
 	}
-	first := check("start", "upload", "a", "a[a1 a2]")
-	check("start", "compress", "b", "a[c1]")
+	first := check("start", "upload", "a", "a [a1 a2]  []")
+	check("start", "compress", "b", "a [c1]  []")
 	if _, idx := show("upload", "b"); idx != first {
 		t.Fatal("index rebuilt with nothing changed")
 	}
-	if got, _ := show("upload", "b"); got != "a[a1 a2]" {
+	if got, _ := show("upload", "b"); got != "a [a1 a2]  []" {
 		t.Fatalf("caller in b without healthy node there: %s", got)
 	}
 
 	// a2 falls silent past MissedAfter: out, without a new snapshot.
 	clock.add(1001 * time.Millisecond)
-	check("a2 silent 3 s", "upload", "a", "a[a1]")
+	check("a2 silent 3 s", "upload", "a", "a [a1]  []")
 
 	// b1 heartbeats to this master: back in at once.
 	if _, err := s.encodeRecord(&willowv1.NodeInfo{Id: "b1", Role: "upload", Region: "b", Addr: "b1:1"}, &willowv1.Load{}, clock.now()); err != nil {
 		t.Fatal(err)
 	}
 	s.routeHeartbeat("b1")
-	check("b1 heartbeat", "upload", "a", "a[a1]b[b1]")
+	check("b1 heartbeat", "upload", "a", "a [a1] b [b1]")
 
 	// A new snapshot replaces the index.
 	s.mu.Lock()
 	s.view = &view{at: clock.now(), entries: []*entry{mk("upload", "c", "c9", StateHealthy, -time.Second, 0)}}
 	s.mu.Unlock()
-	check("new snapshot", "upload", "a", "c[c9]")
+	check("new snapshot", "upload", "a", "c [c9]  []")
 	check("new snapshot", "compress", "a", ReasonNoHealthyNodes)
 
 	// The clock goes back before the index was built: rebuilt.
@@ -78,18 +79,4 @@ func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 	if _, idx := show("upload", "c"); idx == built {
 		t.Fatal("index kept after the clock went back")
 	}
-}
-
-func fmtList(ids []string) string {
-	if len(ids) == 0 {
-		return ""
-	}
-	s := "["
-	for i, id := range ids {
-		if i > 0 {
-			s += " "
-		}
-		s += id
-	}
-	return s + "]"
 }
