@@ -304,6 +304,48 @@ rules:
 	}
 }
 
+// TestShippedPolicyRehearsal runs the shipped policy over the signal
+// series the rehearsal showed (docs/capacity.md): the evening's backlog
+// takes normal to blue, blue does not keep up for 30 s so yellow, yellow
+// empties the queue (demand 0.5) while uploads arrive at 4.5/s and holds,
+// and after the peak it comes down one level at a time.
+func TestShippedPolicyRehearsal(t *testing.T) {
+	s := newSim(t, string(shippedAutoPolicy))
+	sig := func(demand, rate float64) func(int) map[string]float64 {
+		backlog, queue := 6.0, 5000.0 // below their rules' thresholds
+		if demand < 1 {
+			backlog, queue = 0, 0 // yellow emptied the queue
+		}
+		return constSig(map[string]float64{SignalCompressDemand: demand, SignalUploadRate: rate,
+			SignalCompressBacklog: backlog, SignalCompressQueueP99: queue})
+	}
+	s.run(10*time.Second, sig(1.2, 0.5))
+	s.run(6*time.Second, sig(3.2, 0.6))
+	if s.levels() != "blue" {
+		t.Fatalf("steps %q, want blue", s.levels())
+	}
+	s.run(29*time.Second, sig(4, 1.5))
+	if s.levels() != "blue" {
+		t.Fatalf("steps %q: yellow before blue had 30 s", s.levels())
+	}
+	s.run(2*time.Second, sig(4.5, 2))
+	if s.levels() != "blue,yellow" {
+		t.Fatalf("steps %q, want blue,yellow", s.levels())
+	}
+	s.run(90*time.Second, sig(0.5, 4.5))
+	if s.levels() != "blue,yellow" {
+		t.Fatalf("yellow did not hold through the peak: %s", s.levels())
+	}
+	s.run(31*time.Second, sig(0.5, 0.5))
+	if s.levels() != "blue,yellow,blue" {
+		t.Fatalf("steps %q, want yellow to blue 30 s after the peak", s.levels())
+	}
+	s.run(2*time.Minute, sig(0.5, 0.5))
+	if s.levels() != "blue,yellow,blue,normal" {
+		t.Fatalf("steps %q, want back to normal", s.levels())
+	}
+}
+
 // TestRateWindow: the mean over the heartbeats of the last 10 s.
 func TestRateWindow(t *testing.T) {
 	var w rateWindow
