@@ -13,21 +13,20 @@ import (
 
 // Defaults. Pool sizing rule (DESIGN.md section 2, docs/compress.md):
 //
-//	Workers            = cores (tasks are CPU-bound; x265 and ffmpeg thread inside one task)
+//	Workers            = cores (tasks are CPU-bound; ffmpeg threads inside one task, x265 does not)
 //	Workers + QueueLen = peak tasks/s x seconds per task + headroom
 //	                     (Little's law: the tasks inside the box at peak),
 //	                     capped so that QueueLen / Workers x seconds per task < TaskTimeout
 //
-// Measured here (BENCHMARKS.md "Compress", 19 photos, decode + 3 presets):
-// 2.8 s CPU per photo on HEIC q55 (x265 threads use both cores); the
-// shipped q50 encodes with 0.88x q55's CPU (BenchmarkHEICvsJPEG), so about
-// 2.5 s per photo (derived, not re-measured as a whole task); 0.32 s on
-// the JPEG q50 flex path, and 12-13 s of ffmpeg CPU for a 20 s video. One
-// 2-core box therefore does about 0.8 HEIC photo tasks/s and about 6 JPEG
-// ones. QueueLen 8 covers a burst of a few seconds of arrivals; a queued
-// task then waits at most 8 / 2 x 2.5 s ≈ 10 s on HEIC (≈ 1.3 s on JPEG),
-// well inside TaskTimeout. Anything beyond is shed with RESOURCE_EXHAUSTED
-// and retried by the upload front from its durable record, which is cheaper
+// Measured here (BENCHMARKS.md "HEIC normal path cost", BenchmarkHEICTask:
+// the whole task, 19 photos, alternating): 0.97 s CPU per photo on HEIC
+// q50 (x265 ultrafast, one encoder thread per task), 0.27 s on the JPEG
+// q50 flex path, and 12-13 s of ffmpeg CPU for a 20 s video. One 2-core
+// box therefore does about 2 HEIC photo tasks/s and about 7 JPEG ones.
+// QueueLen 8 covers a burst of a few seconds of arrivals; a queued task
+// then waits at most 8 / 2 x 1 s ≈ 4 s on HEIC (≈ 1.1 s on JPEG), well
+// inside TaskTimeout. Anything beyond is shed with RESOURCE_EXHAUSTED and
+// retried by the upload front from its durable record, which is cheaper
 // than letting tasks time out in the queue.
 const (
 	DefaultQueueLen     = 8

@@ -264,4 +264,18 @@ func TestHEICX265Params(t *testing.T) {
 	if _, err := compress.Encode(med, media.VariantMedium, compress.ImageOptions{Codec: flex.CodecHEIC, HEICX265: []string{"sao"}}); err == nil {
 		t.Error("x265 parameter without a value: no error")
 	}
+	// The thumb as JPEG (a measured lever, not the default): only the thumb changes codec.
+	outs, err := compress.Images(context.Background(), src, compress.ImageOptions{Codec: flex.CodecHEIC, HEICThumbJPEG: 85})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range outs {
+		want, q := "image/heic", flex.DefaultImageQuality
+		if o.Name == media.VariantThumb {
+			want, q = "image/jpeg", 85
+		}
+		if o.ContentType != want || o.Quality != q {
+			t.Errorf("%s: %s q%d, want %s q%d", o.Name, o.ContentType, o.Quality, want, q)
+		}
+	}
 }
