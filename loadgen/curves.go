@@ -22,16 +22,16 @@ type fanoutPoint struct {
 }
 
 // fanoutCurve by Redis deployment: "server" (one redis-server) and
-// "cluster" (3 masters). "server" F=100-5000: the pipelined fan-out (SSCAN
-// 4000 at a time, eight 500-follower scripts a pipeline), measured
-// 2026-12-01 15:27 UTC at load ~7.5 (BENCHMARKS.md); F=10 and "cluster"
-// are the earlier single-page figures (load ~28), not re-measured.
+// "cluster" (3 masters). Session 5's code (one Lua ZADD a follower from a
+// per-slot sequence, 1000-follower pipelines in flight): "server" the
+// medians of four runs at load 5-7 (2026-12-01 17:43 UTC), "cluster" one
+// run at load ~25 (BENCHMARKS.md "Session 5").
 var fanoutCurve = map[string][]fanoutPoint{
 	"server": {
-		{10, 0.70, 0.95, 4}, {100, 2.2, 3.9, 4.1}, {1000, 18, 22, 4.2}, {5000, 85, 117, 6.6},
+		{10, 1.0, 1.4, 4.1}, {100, 1.8, 2.1, 4.1}, {1000, 11.3, 16, 5.1}, {5000, 49, 61, 10.4},
 	},
 	"cluster": {
-		{10, 1.4, 5.1, 6}, {100, 2.7, 8.5, 6}, {1000, 86, 176, 11}, {5000, 232, 1395, 45},
+		{10, 1.9, 2.7, 6.4}, {100, 8.0, 14, 6.4}, {1000, 75, 243, 8.0}, {5000, 454, 837, 22},
 	},
 }
 
