@@ -36,11 +36,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// observe sets the node gauges from a snapshot: counted first, one
+// gauge update per role, region and state (the snapshot is observed four
+// times a second, and holds every node).
 func (m *metrics) observe(v *view, now time.Time, missedAfter time.Duration) {
-	m.nodes.Reset()
+	type key struct{ role, region, state string }
+	counts := map[key]int{}
 	for _, e := range v.entries {
 		st, _, _ := e.state(now, missedAfter)
-		m.nodes.WithLabelValues(e.info.GetRole(), e.info.GetRegion(), st).Inc()
+		counts[key{e.info.GetRole(), e.info.GetRegion(), st}]++
+	}
+	m.nodes.Reset()
+	for k, n := range counts {
+		m.nodes.WithLabelValues(k.role, k.region, k.state).Set(float64(n))
 	}
 }
 
