@@ -137,7 +137,7 @@ func (s *Server) writeHeartbeats(batch []*hbCall) error {
 		keys = append(keys, s.bindKey(c.id), s.nodeKey(c.id))
 		args = append(args, c.fp, c.rec, c.id)
 	}
-	res, err := heartbeatBatchScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+	res, err := heartbeatBatchScript.Run(ctx, s.hbw, keys, args...).StringSlice()
 	if err != nil {
 		return err
 	}

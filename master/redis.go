@@ -48,17 +48,29 @@ var (
 // (at N = 1000 nodes a flex write timed out so; BenchmarkFleet). close
 // closes it; for a Redis it cannot copy, rdb itself comes back and close
 // does nothing.
-func controlClient(rdb Redis) (ctl Redis, close func()) {
+func controlClient(rdb Redis) (ctl Redis, close func()) { return ownPool(rdb, controlPoolSize) }
+
+// heartbeatClient returns the client the heartbeat batches are written
+// with: a pool of its own, so that heartbeats never wait for a connection
+// behind registrations and registry loads (at N = 5000, 370 Register calls
+// of re-registering nodes held the shared pool while 4000 heartbeats
+// waited for their batch, and missed their deadline; BenchmarkFleet).
+// One batch is in flight at a time (hbbatch.go).
+func heartbeatClient(rdb Redis) (Redis, func()) { return ownPool(rdb, heartbeatPoolSize) }
+
+// ownPool returns a client with rdb's options and a pool of size
+// connections; for a Redis it cannot copy, rdb itself.
+func ownPool(rdb Redis, size int) (Redis, func()) {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		o := *c.Options()
-		o.PoolSize = controlPoolSize
+		o.PoolSize = size
 		o.PushNotificationProcessor = nil // the original's: a client registers its own handlers
 		n := redis.NewClient(&o)
 		return n, func() { _ = n.Close() }
 	case *redis.ClusterClient:
 		o := *c.Options()
-		o.PoolSize = controlPoolSize
+		o.PoolSize = size
 		o.PushNotificationProcessor = nil
 		n := redis.NewClusterClient(&o)
 		return n, func() { _ = n.Close() }
@@ -66,6 +78,10 @@ func controlClient(rdb Redis) (ctl Redis, close func()) {
 	return rdb, func() {}
 }
 
-// controlPoolSize is the control client's pool: a few flex changes, the
-// lease and one pub/sub connection at a time.
-const controlPoolSize = 4
+// Pool sizes of the master's own clients: a few flex changes, the lease
+// and one pub/sub connection at a time; one heartbeat batch at a time
+// (and a spare).
+const (
+	controlPoolSize   = 4
+	heartbeatPoolSize = 2
+)

@@ -202,7 +202,8 @@ type Server struct {
 	node   *node.Node
 	rdb    Redis
 	ctl    Redis  // the control plane's own pool (flex document, audit, lease): controlClient
-	ctlEnd func() // closes ctl
+	ctlEnd func() // closes ctl and hbw
+	hbw    Redis  // the heartbeat batches' own pool: heartbeatClient
 	now    func() time.Time
 	log    *slog.Logger
 	prober Prober
@@ -258,7 +259,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("master: %w", err)
 	}
 	s.ops = ops
-	s.ctl, s.ctlEnd = controlClient(deps.Redis)
+	ctl, ctlEnd := controlClient(deps.Redis)
+	hbw, hbwEnd := heartbeatClient(deps.Redis)
+	s.ctl, s.hbw, s.ctlEnd = ctl, hbw, func() { ctlEnd(); hbwEnd() }
 	if err := s.initFlex(newRedisFlexStore(s.ctl, cfg.KeyPrefix), deps.Node.Registry()); err != nil {
 		s.ctlEnd()
 		return nil, err
