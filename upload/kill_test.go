@@ -3,6 +3,7 @@ package upload_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -388,4 +389,44 @@ func TestKill9AfterTusAckLosesNothing(t *testing.T) {
 	if resp = head(whole); resp.StatusCode != 200 || resp.Header.Get("Willow-Media-Id") != wholeID {
 		t.Fatalf("HEAD of the committed upload after the kill: %d %v", resp.StatusCode, resp.Header)
 	}
+}
+
+// TestCommitAfterRecordWithoutJob: a crash between the record and the
+// compress job (written alongside it) leaves a staged upload whose record
+// says processing and no job; its Commit retried answers the same media and
+// journals the job again, so the media still gets its variants.
+func TestCommitAfterRecordWithoutJob(t *testing.T) {
+	st, err := fs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFront(t, frontOpts{store: st})
+	ctx := ctxT(t)
+	data := photo(t)
+	if _, err := f.begin(ctx, "rj", "kim", data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.send(ctx, "rj", data, 0, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	// What the crashed commit left in the store: the raw and the record.
+	key := media.KeyFor("kim", "rj")
+	id := media.ID{Loc: media.LocStore, Region: "a", Node: "upload-a-1", Key: key}.String()
+	rec, _ := json.Marshal(upload.Record{ID: id, Kind: "image", Business: "moments", User: "kim", UploadID: "rj", Size: int64(len(data)),
+		SHA256: sum(data), ContentType: "image/jpeg", Location: upload.LocationStore, State: upload.StateProcessing,
+		Variants: []upload.VariantEntry{}, Created: time.Now().UTC()})
+	if err := st.Put(ctx, media.RawKey(key), bytes.NewReader(data), int64(len(data)), "image/jpeg"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(ctx, media.RecordKey(key), bytes.NewReader(rec), int64(len(rec)), "application/json"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.client.Commit(ctx, &willowv1.CommitRequest{UploadId: "rj", User: "kim"})
+	if err != nil || r.GetMediaId() != id || !r.GetDuplicate() {
+		t.Fatalf("Commit = %v, %v", r, err)
+	}
+	eventually(t, "variants from the journaled job", func() bool {
+		m, err := f.client.GetMedia(ctx, &willowv1.GetMediaRequest{MediaId: id})
+		return err == nil && m.GetState() == "ready" && len(m.GetVariants()) > 0
+	})
 }

@@ -405,8 +405,16 @@ func (s *Server) commitStaged(ctx context.Context, key string, wait bool) (_ Out
 		}
 		return Outcome{}, fail(ReasonUnknownUpload, "no upload %s for this user", key)
 	}
-	// Crashed after the record was written but before the marker?
+	// Crashed after the record was written but before the marker? The
+	// compress job is written alongside the record, so it may be missing:
+	// it is added again (replacing one that was there).
 	if rec, ok, err := s.findCommitted(ctx, key); err == nil && ok {
+		if rec.State == StateProcessing && rec.Location != LocationPool1 {
+			if err := s.journal.Add(ctx, job{Key: key, MediaID: rec.ID, Business: rec.Business, NextAt: s.now().UnixMilli(),
+				FirstAt: s.now().UnixMilli()}); err != nil {
+				return Outcome{}, errInternal(err)
+			}
+		}
 		_ = st.MarkCommitted(commitMarker{MediaID: rec.ID, Location: rec.Location, At: s.now()})
 		go s.unmirror(key, nil)
 		s.release(key)
