@@ -45,17 +45,18 @@ type fleetPoint struct {
 	propagateP99Ms float64 // flex change to every watcher
 }
 
-// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-01 session 4, after
-// group commit, the control-plane pool, binary records and the probe
-// budget; load ~20 on the shared 2-core box). N=5000 ran to the end but
-// collapsed: 1833 of 5000 heartbeats a second failed, Route and the flex
-// change took seconds, RSS 7.5 GiB, while the master used 0.34 cores; its
-// row is what was measured, and cpuPerBeatUs there is the master's CPU
-// per node-second (0.34 cores / 5000), not per heartbeat served.
+// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-01 session 5, after
+// the bounded heartbeat queue, the incremental registry reload and the
+// Route index; load 6-9 on the shared 2-core box). N=5000 no longer
+// collapses (RSS 750 MiB, not 7.5 GiB) but the master served only 803 of
+// the 5000 heartbeats a second (1220 a second failed their 2 s deadline);
+// cpuPerBeatUs there is per heartbeat served (0.60 cores / 803), so the
+// curve says what 5000 heartbeats a second would cost at that rate, not
+// the 0.60 cores the starved master used.
 var fleetCurve = []fleetPoint{
-	{nodes: 100, cpuPerBeatUs: 1161, rssMiB: 47, routeP99Ms: 7.1, propagateP99Ms: 36},
-	{nodes: 1000, cpuPerBeatUs: 374, rssMiB: 179, routeP99Ms: 361, propagateP99Ms: 279},
-	{nodes: 5000, cpuPerBeatUs: 67, rssMiB: 7572, routeP99Ms: 6396, propagateP99Ms: 16237},
+	{nodes: 100, cpuPerBeatUs: 1314, rssMiB: 46, routeP99Ms: 9.7, propagateP99Ms: 9.1},
+	{nodes: 1000, cpuPerBeatUs: 347, rssMiB: 174, routeP99Ms: 284, propagateP99Ms: 729},
+	{nodes: 5000, cpuPerBeatUs: 753, rssMiB: 750, routeP99Ms: 2043, propagateP99Ms: 2284},
 }
 
 // interp evaluates a curve at x, linearly in log-log between the points

@@ -12,9 +12,13 @@
 // the request counts of the last SuccessWindow. A heartbeat for an entry
 // Redis no longer holds is answered with reregister. Health judgements
 // live in Redis too (key health:ID). Every master reloads the registry
-// every RefreshInterval and answers Route from that snapshot, so any
-// master answers Route, a restarted master loses nothing, and a master
-// keeps answering from its last snapshot while Redis is briefly away.
+// every RefreshInterval and answers Route from that snapshot (through an
+// index of it, route_index.go), so any master answers Route, a restarted
+// master loses nothing, and a master keeps answering from its last
+// snapshot while Redis is briefly away. A reload reads only the entries
+// written since the last one (every write scores its node in the change
+// log nodes:changed under the sequence nodes:seq; registry_sync.go), and
+// the whole registry every 10 s and after Redis lost the sequence.
 //
 // # Ejection and recovery
 //
