@@ -2,6 +2,7 @@ package edgecache_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"willow/edgecache"
@@ -144,6 +146,58 @@ func TestDiskFilesClosed(t *testing.T) {
 	}
 	stop()
 	if n := openUnder(t, objs); n != 0 {
+		t.Errorf("%d files open in the disk tier after the edge stopped", n)
+	}
+}
+
+// TestDiskFilesChurn: concurrent hits while the disk tier evicts and
+// refills its entries (memory holds none of the objects, the disk tier
+// two of three) all get their object's bytes, and the files given up are
+// closed.
+func TestDiskFilesChurn(t *testing.T) {
+	st := newStore(t)
+	const size = 32 << 10
+	var ids []media.ID
+	for i := range 3 {
+		ids = append(ids, put(t, st, media.LocStore, i, media.VariantMedium, "image/heic", payload(size, byte(i))))
+	}
+	dir := t.TempDir()
+	e, stop := runEdge(t, "edge-a-1", edgecache.Config{CapacityBytes: 4096, DiskDir: dir, DiskCapacityBytes: 2*size + 1024}, edgecache.Deps{Store: st})
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 30 {
+				i := (w + k) % len(ids)
+				resp, err := http.Get(e.url + path(ids[i], media.VariantMedium))
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || !bytes.Equal(b, payload(size, byte(i))) {
+					errs <- fmt.Sprintf("object %d: status %d, %d bytes, %v", i, resp.StatusCode, len(b), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if edgecache.DiskFilesSent(e.srv) == 0 {
+		t.Error("no hit sent from a disk file")
+	}
+	if n := openUnder(t, filepath.Join(dir, "objects")); n > 2 {
+		t.Errorf("%d files open in the disk tier, want at most 2 (its entries)", n)
+	}
+	stop()
+	if n := openUnder(t, filepath.Join(dir, "objects")); n != 0 {
 		t.Errorf("%d files open in the disk tier after the edge stopped", n)
 	}
 }
