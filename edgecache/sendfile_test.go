@@ -121,23 +121,32 @@ func openUnder(t *testing.T, dir string) int {
 	return n
 }
 
+// size3 is the size of startThreeOnDisk's objects (above sendfileMin).
+const size3 = 32 << 10
+
+// startThreeOnDisk runs an edge (cfg plus a disk tier that holds two of
+// three objects) on a store of three objects of size3 bytes
+// (payload(size3, i) for object i).
+func startThreeOnDisk(t *testing.T, cfg edgecache.Config) (e *edge, ids []media.ID, dir string, stop func()) {
+	t.Helper()
+	st := newStore(t)
+	for i := range 3 {
+		ids = append(ids, put(t, st, media.LocStore, i, media.VariantMedium, "image/heic", payload(size3, byte(i))))
+	}
+	cfg.DiskDir, cfg.DiskCapacityBytes = t.TempDir(), 2*size3+1024
+	e, stop = runEdge(t, "edge-a-1", cfg, edgecache.Deps{Store: st})
+	return e, ids, cfg.DiskDir, stop
+}
+
 // TestDiskFilesClosed: the disk tier keeps an entry's file open for its
 // hits and closes it when the entry is evicted and when the edge stops;
 // an evicted object is still served (from memory).
 func TestDiskFilesClosed(t *testing.T) {
-	st := newStore(t)
-	const size = 32 << 10
-	var ids []media.ID
-	for i := range 3 {
-		ids = append(ids, put(t, st, media.LocStore, i, media.VariantMedium, "image/heic", payload(size, byte(i))))
-	}
-	dir := t.TempDir()
+	e, ids, dir, stop := startThreeOnDisk(t, edgecache.Config{})
 	objs := filepath.Join(dir, "objects")
-	// The disk tier holds two of the three objects.
-	e, stop := runEdge(t, "edge-a-1", edgecache.Config{DiskDir: dir, DiskCapacityBytes: 2*size + 1024}, edgecache.Deps{Store: st})
 	for round := range 3 {
 		for i, id := range ids {
-			if resp, b := get(t, e.url+path(id, media.VariantMedium), nil); resp.StatusCode != 200 || !bytes.Equal(b, payload(size, byte(i))) {
+			if resp, b := get(t, e.url+path(id, media.VariantMedium), nil); resp.StatusCode != 200 || !bytes.Equal(b, payload(size3, byte(i))) {
 				t.Fatalf("round %d object %d: status %d, %d bytes", round, i, resp.StatusCode, len(b))
 			}
 		}
@@ -159,14 +168,7 @@ func TestDiskFilesClosed(t *testing.T) {
 // two of three) all get their object's bytes, and the files given up are
 // closed.
 func TestDiskFilesChurn(t *testing.T) {
-	st := newStore(t)
-	const size = 32 << 10
-	var ids []media.ID
-	for i := range 3 {
-		ids = append(ids, put(t, st, media.LocStore, i, media.VariantMedium, "image/heic", payload(size, byte(i))))
-	}
-	dir := t.TempDir()
-	e, stop := runEdge(t, "edge-a-1", edgecache.Config{CapacityBytes: 4096, DiskDir: dir, DiskCapacityBytes: 2*size + 1024}, edgecache.Deps{Store: st})
+	e, ids, dir, stop := startThreeOnDisk(t, edgecache.Config{CapacityBytes: 4096})
 	var wg sync.WaitGroup
 	errs := make(chan string, 8)
 	for w := range 8 {
@@ -182,7 +184,7 @@ func TestDiskFilesChurn(t *testing.T) {
 				}
 				b, err := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if err != nil || resp.StatusCode != 200 || !bytes.Equal(b, payload(size, byte(i))) {
+				if err != nil || resp.StatusCode != 200 || !bytes.Equal(b, payload(size3, byte(i))) {
 					errs <- fmt.Sprintf("object %d: status %d, %d bytes, %v", i, resp.StatusCode, len(b), err)
 					return
 				}
