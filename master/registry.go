@@ -68,6 +68,7 @@ type entry struct {
 // view is a snapshot of the shared registry.
 type view struct {
 	at      time.Time
+	gen     uint64 // the load it came from: a later load has a larger gen
 	entries []*entry
 }
 
@@ -310,7 +311,7 @@ func (s *Server) withSeen(v *view) *view { return s.withSeenOf(v, "") }
 
 // withSeenOf is withSeen for the entries of one role ("": every role).
 func (s *Server) withSeenOf(v *view, role string) *view {
-	out := &view{at: v.at, entries: make([]*entry, 0, len(v.entries))}
+	out := &view{at: v.at, gen: v.gen, entries: make([]*entry, 0, len(v.entries))}
 	for _, e := range v.entries {
 		if role != "" && e.info.GetRole() != role {
 			continue
@@ -338,6 +339,14 @@ func (s *Server) refresh(ctx context.Context) (*view, error) {
 		return nil, err
 	}
 	s.mu.Lock()
+	if v.gen < s.view.gen {
+		// A load that finished after a later one (refresh runs from the
+		// ticker, ListNodes and Route at once): keep the later snapshot,
+		// or Route would answer from the older one, possibly from before
+		// the nodes it lists registered.
+		s.mu.Unlock()
+		return v, nil
+	}
 	s.view, s.drills = v, drills
 	known := make(map[string]bool, len(v.entries))
 	for _, e := range v.entries {

@@ -47,6 +47,7 @@ type regState struct {
 	ids    []string  // the keys of m, sorted
 	seq    int64     // change sequence read up to; 0: none (load whole)
 	fullAt time.Time // the last full load
+	gen    uint64    // loads made: each view gets the next
 }
 
 type decoded struct {
@@ -69,7 +70,8 @@ func (s *Server) readView(ctx context.Context) (*view, error) {
 
 // view returns the entries of r in ID order (r.mu held).
 func (r *regState) view(at time.Time) *view {
-	v := &view{at: at, entries: make([]*entry, 0, len(r.ids))}
+	r.gen++
+	v := &view{at: at, gen: r.gen, entries: make([]*entry, 0, len(r.ids))}
 	for _, id := range r.ids {
 		v.entries = append(v.entries, r.m[id].e)
 	}
