@@ -38,6 +38,20 @@ func photos(tb testing.TB) []string {
 	return ps
 }
 
+// decodePhoto reads and decodes the corpus photo at path.
+func decodePhoto(tb testing.TB, path string) image.Image {
+	tb.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	img, err := compress.DecodeImage(raw, 0)
+	if err != nil {
+		tb.Fatalf("%s: %v", path, err)
+	}
+	return img
+}
+
 var ssimRe = regexp.MustCompile(`All:([0-9.]+)`)
 
 // ssim runs ffmpeg's ssim filter on a reference and a distorted image of
@@ -233,11 +247,7 @@ func BenchmarkHEICQuality(b *testing.B) {
 	cpuOf := make([]time.Duration, len(settings))
 	for b.Loop() {
 		for _, p := range paths {
-			raw, _ := os.ReadFile(p)
-			src, err := compress.DecodeImage(raw, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
+			src := decodePhoto(b, p)
 			med := compress.Renditions(src)[1]
 			ref := filepath.Join(dir, "ref.png")
 			writePNG(b, ref, med)
@@ -290,11 +300,7 @@ func BenchmarkHEICPreset(b *testing.B) {
 	cpuOf := make([]time.Duration, len(settings))
 	for b.Loop() {
 		for _, p := range paths {
-			raw, _ := os.ReadFile(p)
-			src, err := compress.DecodeImage(raw, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
+			src := decodePhoto(b, p)
 			large := compress.Renditions(src)[0]
 			ref := filepath.Join(dir, "ref.png")
 			writePNG(b, ref, large)

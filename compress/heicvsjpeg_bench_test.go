@@ -73,20 +73,13 @@ func BenchmarkHEICvsJPEG(b *testing.B) {
 	n := 0
 	for b.Loop() {
 		for _, p := range paths {
-			raw, err := os.ReadFile(p)
-			if err != nil {
-				b.Fatal(err)
-			}
-			src, err := compress.DecodeImage(raw, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
+			src := decodePhoto(b, p)
 			med := compress.Renditions(src)[1]
 			w, h := med.Rect.Dx(), med.Rect.Dy()
 			ref := filepath.Join(dir, "ref.png")
 			writePNG(b, ref, med)
 			refYUV := filepath.Join(dir, "ref.yuv")
-			run(b, "ffmpeg", "-nostdin", "-v", "error", "-y", "-i", ref, "-vf", "scale=out_range=full:out_color_matrix=bt601",
+			ffmpeg(b, "-i", ref, "-vf", "scale=out_range=full:out_color_matrix=bt601",
 				"-pix_fmt", "yuvj420p", "-f", "rawvideo", refYUV)
 			var base float64
 			var line []string
@@ -96,6 +89,7 @@ func BenchmarkHEICvsJPEG(b *testing.B) {
 				if s.vips {
 					out += ".jpg"
 					run(b, "vips", "jpegsave", ref, out, "--Q", strconv.Itoa(s.q), "--strip")
+					var err error
 					if data, err = os.ReadFile(out); err != nil {
 						b.Fatal(err)
 					}

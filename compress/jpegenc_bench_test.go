@@ -28,14 +28,7 @@ func BenchmarkJPEGEncode(b *testing.B) {
 	}
 	var rends [][]rend
 	for pi, p := range photos(b) {
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		src, err := compress.DecodeImage(raw, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
+		src := decodePhoto(b, p)
 		var rs []rend
 		for i, r := range compress.Renditions(src) {
 			ref := filepath.Join(dir, fmt.Sprintf("ref-%d-%d.png", pi, i))
