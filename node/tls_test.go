@@ -2,63 +2,24 @@ package node_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"willow/internal/testenv"
 	"willow/node"
 )
 
-// writeCert writes a self-signed certificate (its own CA) for 127.0.0.1
-// and returns the cert and key paths.
-func writeCert(t *testing.T, dir, name string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:              []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// certFor is testenv.SelfSignedCert without the pool.
+func certFor(t *testing.T, dir, name string) (certFile, keyFile string) {
+	certFile, keyFile, _ = testenv.SelfSignedCert(t, dir, name)
 	return certFile, keyFile
 }
 
@@ -100,8 +61,8 @@ func healthCheck(addr string, cfg *tls.Config) error {
 
 func TestTLSHealth(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := writeCert(t, dir, "node")
-	otherCert, otherKey := writeCert(t, dir, "other")
+	cert, key := certFor(t, dir, "node")
+	otherCert, otherKey := certFor(t, dir, "other")
 	load := func(c, k, ca string) *tls.Config {
 		_, cl, err := node.LoadTLS(c, k, ca)
 		if err != nil {
@@ -136,7 +97,7 @@ func TestTLSHealth(t *testing.T) {
 
 func TestLoadTLS(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := writeCert(t, dir, "node")
+	cert, key := certFor(t, dir, "node")
 	for _, tc := range []struct {
 		name                string
 		cert, key, ca       string

@@ -2,15 +2,6 @@ package redisconn_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +11,7 @@ import (
 
 	"willow/internal/iostat"
 	"willow/internal/redisproc"
+	"willow/internal/testenv"
 	"willow/redisconn"
 )
 
@@ -28,7 +20,7 @@ import (
 // and its bytes count in iostat, as plain redis:// traffic does.
 func TestTLSTrafficCounts(t *testing.T) {
 	dir := t.TempDir()
-	cert, key, pool := selfSigned(t, dir)
+	cert, key, pool := testenv.SelfSignedCert(t, dir, "redis")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p, err := redisproc.Start(ctx, redisproc.Options{Dir: filepath.Join(dir, "redis"), TLSCert: cert, TLSKey: key})
@@ -73,47 +65,4 @@ func TestTLSTrafficCounts(t *testing.T) {
 	if in := iostat.DialedIn() - in0; in < int64(len(value)) {
 		t.Errorf("counted %d bytes in, want at least %d", in, len(value))
 	}
-}
-
-// selfSigned writes a certificate for 127.0.0.1 and its key into dir
-// and returns their paths and a pool that trusts it.
-func selfSigned(t *testing.T, dir string) (cert, key string, pool *x509.CertPool) {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "willow test redis"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	parsed, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(parsed)
-	return cert, key, pool
 }
