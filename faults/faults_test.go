@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,20 +73,24 @@ func mustWd() string {
 	return wd
 }
 
+// isExcluded says second sec of a run overlaps one of the windows.
+func isExcluded(sec int, windows [][2]time.Duration) bool {
+	at := time.Duration(sec) * time.Second
+	for _, w := range windows {
+		if at+time.Second > w[0] && at < w[1] {
+			return true
+		}
+	}
+	return false
+}
+
 // counted sums the requests made in seconds outside the excluded
 // windows: ok is succeeded uploads and downloads; bad is failed plus
 // rejected ones. Downloads answered NotFound (variant not ready yet) and
 // arrivals the generator dropped itself are in neither.
 func counted(rep *loadgen.Report, excluded [][2]time.Duration) (ok, bad int) {
 	for _, s := range rep.Seconds {
-		at := time.Duration(s.T) * time.Second
-		skip := false
-		for _, w := range excluded {
-			if at+time.Second > w[0] && at < w[1] {
-				skip = true
-			}
-		}
-		if skip {
+		if isExcluded(s.T, excluded) {
 			continue
 		}
 		ok += s.Upload.Succeeded + s.Download.Succeeded
@@ -257,6 +262,11 @@ func runStep(t *testing.T, c *localCluster, st faultStep) {
 	}
 	for r, n := range tot.Rejections {
 		t.Logf("  rejection %s: %d", r, n)
+	}
+	for _, s := range rep.Seconds {
+		if len(s.Errors) > 0 && !isExcluded(s.T, excl) {
+			t.Logf("  load generator at %ds (counted): %s", s.T, strings.Join(s.Errors, "; "))
+		}
 	}
 }
 

@@ -26,18 +26,24 @@ type Report struct {
 	Cancelled bool `json:"cancelled,omitempty"`
 }
 
+// maxErrorsPerSecond caps Second.Errors.
+const maxErrorsPerSecond = 3
+
 // Second is what happened in one second of the run.
 type Second struct {
 	T int `json:"t"`
 	// Sampled says the cluster gauges below were observed in this
 	// second; a second without is a gap in the gauge charts, not a zero.
-	Sampled     bool               `json:"sampled"`
-	Phase       string             `json:"phase"`
-	Level       string             `json:"level"`
-	FlexVersion int64              `json:"flex_version"`
-	Upload      KindStats          `json:"upload"`
-	Download    KindStats          `json:"download"`
-	Rejections  map[string]int     `json:"rejections,omitempty"` // "reason/business"
+	Sampled     bool           `json:"sampled"`
+	Phase       string         `json:"phase"`
+	Level       string         `json:"level"`
+	FlexVersion int64          `json:"flex_version"`
+	Upload      KindStats      `json:"upload"`
+	Download    KindStats      `json:"download"`
+	Rejections  map[string]int `json:"rejections,omitempty"` // "reason/business"
+	// Errors are the first few failed or rejected requests that arrived
+	// in this second, as "kind: status line" (at most maxErrorsPerSecond).
+	Errors      []string           `json:"errors,omitempty"`
 	Pool1Items  int64              `json:"pool1_items"`
 	Pool1Bytes  int64              `json:"pool1_bytes"`
 	Pool2Items  int64              `json:"pool2_items"`
@@ -178,6 +184,7 @@ func (r *runner) report() *Report {
 	n := int(dur/time.Second) + 1
 	up, down := make([]tally, n), make([]tally, n)
 	rej := make([]map[string]int, n)
+	errs := make([][]string, n)
 	phaseOf := func(sec int) int { i, _, _ := r.phaseAt(time.Duration(sec) * time.Second); return i }
 	nph := len(r.cfg.Profile.Phases)
 	pUp, pDown := make([]tally, nph), make([]tally, nph)
@@ -187,6 +194,9 @@ func (r *runner) report() *Report {
 	for _, rec := range r.records {
 		if rec.sec >= n {
 			rec.sec = n - 1
+		}
+		if rec.err != "" && len(errs[rec.sec]) < maxErrorsPerSecond {
+			errs[rec.sec] = append(errs[rec.sec], rec.kind+": "+rec.err)
 		}
 		ph := phaseOf(rec.sec)
 		if rec.kind == "upload" {
@@ -227,7 +237,7 @@ func (r *runner) report() *Report {
 		}
 		level = g.Level
 		g.Phase = r.cfg.Profile.Phases[phaseOf(s)].Name
-		g.Upload, g.Download, g.Rejections = up[s].done(), down[s].done(), rej[s]
+		g.Upload, g.Download, g.Rejections, g.Errors = up[s].done(), down[s].done(), rej[s], errs[s]
 		rep.Seconds = append(rep.Seconds, g)
 	}
 	byCompletion(rep.Seconds, r.records, kindUpload, func(s *Second) *DoneStats { return &s.UploadDone })

@@ -55,6 +55,7 @@ type record struct {
 	reason   string
 	latency  time.Duration
 	bytes    int64
+	err      string // the status line of a failed or rejected request
 }
 
 type acked struct {
@@ -262,6 +263,14 @@ func classify(run context.Context, err error) (outcome, string) {
 	return failed, reason
 }
 
+// errLine is what a report keeps of a failed or rejected request's error.
+func errLine(o outcome, err error) string {
+	if o != failed && o != rejected {
+		return ""
+	}
+	return rpcstatus.Line(err)
+}
+
 func (r *runner) upload(run context.Context, sec int, ph *Phase) {
 	business := r.pickBusiness(ph)
 	user := fmt.Sprintf("u%d", r.intn(ph.Users))
@@ -279,7 +288,7 @@ func (r *runner) upload(run context.Context, sec int, ph *Phase) {
 		UploadID: id, User: user, Business: business, Filename: s.Name,
 	})
 	o, reason := classify(run, err)
-	rec := record{sec: sec, done: time.Since(r.start), kind: kindUpload, business: business, outcome: o, reason: reason, latency: time.Since(t0)}
+	rec := record{sec: sec, done: time.Since(r.start), kind: kindUpload, business: business, outcome: o, reason: reason, latency: time.Since(t0), err: errLine(o, err)}
 	if err == nil {
 		rec.bytes = int64(len(s.Photo))
 	}
@@ -338,7 +347,7 @@ func (r *runner) download(run context.Context, sec int, ph *Phase) {
 	var cw countWriter
 	_, err := r.cfg.Target.Client.Download(ctx, a.id, variant, &cw)
 	o, reason := classify(run, err)
-	r.add(record{sec: sec, done: time.Since(r.start), kind: kindDownload, business: business, outcome: o, reason: reason, latency: time.Since(t0), bytes: int64(cw)})
+	r.add(record{sec: sec, done: time.Since(r.start), kind: kindDownload, business: business, outcome: o, reason: reason, latency: time.Since(t0), bytes: int64(cw), err: errLine(o, err)})
 }
 
 // actions applies the profile's flex actions at their times.
