@@ -48,13 +48,19 @@ func (s *Server) loadDrills(ctx context.Context) ([]*willowv1.Drill, error) {
 // drill of each kind.
 func drillID(id, kind string) string { return id + "-" + kind }
 
+// drillList is the drills of the last load and this master's changes.
+func (s *Server) drillList() []*willowv1.Drill {
+	if p := s.drills.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // drillsFor returns the unexpired drills for the node with id or addr
 // (either may be empty). Heartbeat responses and Watch events carry them.
 func (s *Server) drillsFor(id, addr string, now time.Time) []*willowv1.Drill {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []*willowv1.Drill
-	for _, d := range s.drills {
+	for _, d := range s.drillList() {
 		if d.GetExpiresAtUnixMs() <= now.UnixMilli() {
 			continue
 		}
@@ -67,14 +73,12 @@ func (s *Server) drillsFor(id, addr string, now time.Time) []*willowv1.Drill {
 
 // cleanDrills deletes expired drills from Redis (leader only).
 func (s *Server) cleanDrills(ctx context.Context, now time.Time) error {
-	s.mu.Lock()
 	var old []string
-	for _, d := range s.drills {
+	for _, d := range s.drillList() {
 		if d.GetExpiresAtUnixMs() <= now.UnixMilli() {
 			old = append(old, d.GetId())
 		}
 	}
-	s.mu.Unlock()
 	if len(old) == 0 {
 		return nil
 	}
@@ -164,8 +168,9 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "drill: %v", err)
 	}
 	s.mu.Lock()
-	kept := s.drills[:0:0]
-	for _, o := range s.drills {
+	cur := s.drillList()
+	kept := cur[:0:0]
+	for _, o := range cur {
 		if o.GetId() != d.GetId() {
 			kept = append(kept, o)
 		}
@@ -173,7 +178,7 @@ func (s *Server) SetDrill(ctx context.Context, req *willowv1.SetDrillRequest) (r
 	if dur > 0 {
 		kept = append(kept, d)
 	}
-	s.drills = kept
+	s.drills.Store(&kept)
 	s.mu.Unlock()
 	s.log.Info("drill", "node", d.GetNodeAddr(), "kind", d.GetKind(), "for", dur, "actor", d.GetActor(), "reason", d.GetReason())
 	return &willowv1.SetDrillResponse{Drill: d}, nil
@@ -199,10 +204,8 @@ func (s *Server) ListDrills(ctx context.Context, _ *willowv1.ListDrillsRequest) 
 		s.log.Warn("list drills: using cache", "err", err)
 	}
 	now := s.now().UnixMilli()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	resp := &willowv1.ListDrillsResponse{}
-	for _, d := range s.drills {
+	for _, d := range s.drillList() {
 		if d.GetExpiresAtUnixMs() > now {
 			resp.Drills = append(resp.Drills, d)
 		}

@@ -7,10 +7,10 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -57,10 +57,11 @@ type flexState struct {
 
 	commitMu sync.Mutex // serializes this master's commits
 
-	flexMu   sync.Mutex          // guards the fields below
-	doc      flexDoc             // the last document seen (local or Redis)
-	rendered *willowv1.FlexState // doc rendered with plans
-	changed  chan struct{}       // closed and replaced on every new version
+	flexMu   sync.Mutex                 // guards the fields below
+	doc      flexDoc                    // the last document seen (local or Redis)
+	rendered *willowv1.FlexState        // doc rendered with plans
+	changed  chan struct{}              // closed and replaced on every new version
+	watch    atomic.Pointer[watchState] // rendered and changed for Watch (watch.go), set with them
 
 	following chan struct{} // closed once runFlex is subscribed to other masters' changes
 
@@ -142,6 +143,7 @@ func (s *Server) initFlex(store flexStore, reg prometheus.Registerer) error {
 		return fmt.Errorf("master: render normal level: %w", err)
 	}
 	s.rendered = st
+	s.publishWatch(st, s.changed)
 	ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
 	defer cancel()
 	if err := s.reloadFlex(ctx); err != nil {
@@ -290,8 +292,10 @@ func (s *Server) install(d flexDoc) {
 	}
 	s.doc, s.rendered = d, st
 	s.flexVersion.Set(float64(d.Version))
-	close(s.changed)
+	old := s.changed // published before it is closed: a woken stream finds the new state
 	s.changed = make(chan struct{})
+	s.publishWatch(st, s.changed)
+	close(old)
 	s.flexMu.Unlock()
 	if s.node != nil {
 		s.node.ApplyFlex(st)
@@ -739,33 +743,4 @@ func (s *Server) FlexHistory(ctx context.Context, req *willowv1.FlexHistoryReque
 		resp.Entries = append(resp.Entries, e)
 	}
 	return resp, nil
-}
-
-// Watch streams the flex state: the current state first, then every new
-// version, until the client goes away. Each event also carries the node's
-// active drills, when it has any (heartbeats carry them too).
-func (s *Server) Watch(req *willowv1.WatchRequest, stream grpc.ServerStreamingServer[willowv1.WatchEvent]) error {
-	_, st, ch := s.current()
-	event := func(st *willowv1.FlexState) *willowv1.WatchEvent {
-		return &willowv1.WatchEvent{Flex: st, Drills: s.drillsFor(req.GetNodeId(), "", s.now())}
-	}
-	if err := stream.Send(event(st)); err != nil {
-		return err
-	}
-	sent := st.GetVersion()
-	for {
-		select {
-		case <-stream.Context().Done():
-			return nil
-		case <-ch:
-		}
-		_, st, ch = s.current()
-		if st.GetVersion() == sent {
-			continue
-		}
-		if err := stream.Send(event(st)); err != nil {
-			return err
-		}
-		sent = st.GetVersion()
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"willow/auth"
 	"willow/flex"
@@ -506,6 +507,44 @@ func TestWatchZstd(t *testing.T) {
 		ev, err := stream.Recv()
 		if err != nil || ev.GetFlex().GetLevel() != "red" || len(ev.GetFlex().GetKnobs()) < 10 {
 			t.Fatalf("event %v %v", ev, err)
+		}
+	})
+}
+
+// TestWatchStreamsShareEncodedEvent: streams with and without zstd, on
+// one connection each, all decode the same new state (each version's
+// event is encoded once per wire format and shared, watch.go).
+func TestWatchStreamsShareEncodedEvent(t *testing.T) {
+	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
+		m := startMaster(t, rt.Client(t), "master-1")
+		zconn, err := node.Dial(m.node.Addr(), nil, grpc.WithDefaultCallOptions(grpc.UseCompressor(node.Zstd)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer zconn.Close()
+		var streams []grpc.ServerStreamingClient[willowv1.WatchEvent]
+		for i, c := range []willowv1.MasterClient{m.client, willowv1.NewMasterClient(zconn)} {
+			for j := range 3 {
+				st, err := c.Watch(ctxT(t), &willowv1.WatchRequest{NodeId: fmt.Sprintf("w-%d-%d", i, j)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev, err := st.Recv(); err != nil || ev.GetFlex().GetVersion() != 1 {
+					t.Fatalf("first event %v %v", ev, err)
+				}
+				streams = append(streams, st)
+			}
+		}
+		set(t, m.client, &willowv1.SetFlexRequest{Level: "red", Reason: "shared"})
+		want, err := m.client.GetFlex(ctxT(t), &willowv1.GetFlexRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, st := range streams {
+			ev, err := st.Recv()
+			if err != nil || !proto.Equal(ev.GetFlex(), want) || len(ev.GetDrills()) != 0 {
+				t.Fatalf("stream %d: event %v %v, want %v", i, ev, err, want)
+			}
 		}
 	})
 }

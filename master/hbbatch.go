@@ -157,8 +157,13 @@ func (s *Server) writeHeartbeats(batch []*hbCall) error {
 // no auth), ARGV[3i+1] its record and ARGV[3i+2] its ID. Per node it
 // renews the binding (when a fingerprint is given), refreshes the entry
 // only if it exists and keeps the node in the index, answering "ok",
-// "gone" (the entry expired: register again), "unbound" (the binding
-// lapsed) or "taken" (another live credential holds the ID). The nodes
+// "gone" (the entry expired: register again) or "taken" (another live
+// credential holds the ID). A binding that lapsed (the node's heartbeats
+// were late by MissedAfter) is taken again, as Register would: nobody
+// holds the ID, and the entry is still there. Answering "register again"
+// instead sent every late node of a loaded master through Register (four
+// more Redis calls, and the gRPC call around them): a tenth of the
+// master's CPU at N = 5000 went to that storm (BenchmarkFleet). The nodes
 // written get one new change sequence number in the change log.
 var heartbeatBatchScript = redis.NewScript(`
 local out, live = {}, {}
@@ -168,7 +173,7 @@ for i = 1, (#KEYS - 3) / 2 do
   local r = 'ok'
   if fp ~= '' then
     local cur = redis.call('get', bk)
-    if not cur then r = 'unbound'
+    if not cur then redis.call('set', bk, fp, 'PX', ARGV[1])
     elseif cur ~= fp then r = 'taken'
     else redis.call('pexpire', bk, ARGV[1]) end
   end

@@ -230,10 +230,6 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	case res == "taken":
 		return nil, rpcstatus.New(codes.PermissionDenied, ReasonNodeIDTaken,
 			"node %s is registered and alive with another credential", info.GetId())
-	case res == "unbound":
-		// The binding lapsed (Redis lost it, or the node was silent):
-		// register again, and bind again on the way.
-		return &willowv1.HeartbeatResponse{Reregister: true, FlexVersion: s.flexSnapshot().GetVersion()}, nil
 	}
 	resp := &willowv1.HeartbeatResponse{Reregister: res != "ok", FlexVersion: s.flexSnapshot().GetVersion()}
 	resp.Drills = s.drillsFor(info.GetId(), info.GetAddr(), now)
@@ -347,7 +343,8 @@ func (s *Server) refresh(ctx context.Context) (*view, error) {
 		s.mu.Unlock()
 		return v, nil
 	}
-	s.view, s.drills = v, drills
+	s.view = v
+	s.drills.Store(&drills)
 	known := make(map[string]bool, len(v.entries))
 	for _, e := range v.entries {
 		known[e.info.GetId()] = true

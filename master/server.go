@@ -211,9 +211,11 @@ type Server struct {
 	// started is when New ran (the master's own "since" in ListNodes).
 	started time.Time
 
-	mu      sync.Mutex // guards view, drills and leader
-	view    *view      // last registry snapshot loaded from Redis
-	drills  []*willowv1.Drill
+	mu   sync.Mutex // guards view and leader, and writes of drills
+	view *view      // last registry snapshot loaded from Redis
+	// drills is replaced whole (under mu) and read without a lock:
+	// every heartbeat and Watch event reads it (drillList).
+	drills  atomic.Pointer[[]*willowv1.Drill]
 	hb      *hbShards  // per node: heartbeats received by this master (own locks)
 	hbb     hbBatcher  // heartbeat writes to Redis, by group commit
 	routes  routeState // Route's index of the snapshot (route_index.go)
