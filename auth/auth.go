@@ -105,16 +105,32 @@ func (c Caller) String() string {
 
 type ctxKey struct{}
 
+// callerContext is ctx carrying a Caller: one allocation per call, where
+// context.WithValue with the Caller boxed in an interface takes two.
+type callerContext struct {
+	context.Context
+	c Caller
+}
+
+func (x *callerContext) Value(key any) any {
+	if key == (ctxKey{}) {
+		return &x.c
+	}
+	return x.Context.Value(key)
+}
+
 // NewContext returns ctx carrying c.
 func NewContext(ctx context.Context, c Caller) context.Context {
-	return context.WithValue(ctx, ctxKey{}, c)
+	return &callerContext{Context: ctx, c: c}
 }
 
 // FromContext returns the authenticated caller of ctx; ok is false when
 // no Guard authenticated it (an Open guard, or a context not from a call).
 func FromContext(ctx context.Context) (c Caller, ok bool) {
-	c, ok = ctx.Value(ctxKey{}).(Caller)
-	return c, ok
+	if p, ok := ctx.Value(ctxKey{}).(*Caller); ok {
+		return *p, true
+	}
+	return Caller{}, false
 }
 
 // ActAs checks that the caller of ctx may act for user: a client only for

@@ -1,7 +1,8 @@
 // Package node is what every Willow service process runs around its own
-// gRPC service: the gRPC server with the shared interceptor chain (panic
-// recovery, slog logging, Prometheus metrics per method, plus the caller's
-// own such as shedding), the gRPC health service and server reflection, an
+// gRPC service: the gRPC server with one shared server interceptor
+// (Prometheus metrics per method, the caller guard, heartbeat load, drills,
+// shedding, the caller's own interceptors, panic recovery, slog logging of
+// finished calls: chain.go), the gRPC health service and server reflection, an
 // admin HTTP listener with /metrics and /healthz, registration and
 // heartbeats to the master, and the live flex knobs from the master's Watch
 // stream.

@@ -13,19 +13,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"willow/auth"
@@ -86,8 +81,9 @@ type Config struct {
 	Capacity int32 `yaml:"capacity"`
 	// Logger; default slog.Default().
 	Logger *slog.Logger `yaml:"-"`
-	// Unary and Stream are extra server interceptors (shedding, ...), run
-	// inside metrics and logging and outside panic recovery.
+	// Unary and Stream are extra server interceptors, run inside
+	// metrics, logging, the guard, stats, drills and shedding, and outside
+	// panic recovery (chain.go).
 	Unary  []grpc.UnaryServerInterceptor  `yaml:"-"`
 	Stream []grpc.StreamServerInterceptor `yaml:"-"`
 	// TLS, when set, serves gRPC over TLS.
@@ -135,7 +131,7 @@ type Node struct {
 	lis     net.Listener
 	adminL  net.Listener
 	adminMx *http.ServeMux
-	metrics *grpcprom.ServerMetrics
+	rpc     *rpcMetrics // the gRPC server series (chain.go)
 	stats   *stats
 	net     netCounters // bytes through the gRPC and counted HTTP listeners
 
@@ -151,7 +147,11 @@ type Node struct {
 
 	shedder *shedding.Shedder
 	guard   *auth.Guard
-	creds   auth.NodeCredentials
+	// unaryExtra and streamExtra are Config.Unary and Config.Stream
+	// folded into one interceptor each, nil when there are none.
+	unaryExtra  grpc.UnaryServerInterceptor
+	streamExtra grpc.StreamServerInterceptor
+	creds       auth.NodeCredentials
 
 	flexVersion prometheus.Gauge
 	flexLevel   *prometheus.GaugeVec
@@ -202,8 +202,8 @@ func New(cfg Config) (*Node, error) {
 		stats:   newStats(),
 	}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
-	n.metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
-	n.reg.MustRegister(n.metrics)
+	n.rpc = newRPCMetrics()
+	n.reg.MustRegister(n.rpc.collectors()...)
 	n.flexVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "willow_flex_version", Help: "Version of the flex state this node runs."})
 	n.flexLevel = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "willow_flex_level", Help: "1 for the flex level this node runs."}, []string{"level"})
 	n.reg.MustRegister(n.flexVersion, n.flexLevel)
@@ -238,8 +238,6 @@ func New(cfg Config) (*Node, error) {
 		}
 		n.shedder = sh
 		n.callbacks = append(n.callbacks, sh.ApplyKnobs)
-		cfg.Unary = append([]grpc.UnaryServerInterceptor{sh.UnaryServerInterceptor()}, cfg.Unary...)
-		cfg.Stream = append([]grpc.StreamServerInterceptor{sh.StreamServerInterceptor()}, cfg.Stream...)
 		if cfg.QueueMs == nil {
 			cfg.QueueMs = sh.QueueMs
 		}
@@ -269,47 +267,10 @@ func New(cfg Config) (*Node, error) {
 		n.adminAddr = net.JoinHostPort(host, port)
 	}
 
-	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		n.log.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
-	logOpts := []logging.Option{
-		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			switch c {
-			case codes.OK, codes.NotFound, codes.Canceled, codes.AlreadyExists, codes.ResourceExhausted, codes.InvalidArgument:
-				return logging.LevelDebug
-			case codes.Internal, codes.Unknown, codes.DataLoss:
-				return logging.LevelError
-			}
-			return logging.LevelWarn
-		}),
-	}
-	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
-		n.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p))
-		return status.Errorf(codes.Internal, "internal error")
-	})
-	unary := []grpc.UnaryServerInterceptor{
-		n.metrics.UnaryServerInterceptor(),
-		logging.UnaryServerInterceptor(logger, logOpts...),
-		n.guard.UnaryServerInterceptor(),
-		n.statsUnary,
-		n.drillUnary,
-	}
-	unary = append(unary, cfg.Unary...)
-	unary = append(unary, recovery.UnaryServerInterceptor(recoverOpt))
-	stream := []grpc.StreamServerInterceptor{
-		n.metrics.StreamServerInterceptor(),
-		logging.StreamServerInterceptor(logger, logOpts...),
-		n.guard.StreamServerInterceptor(),
-		n.statsStream,
-		n.drillStream,
-	}
-	stream = append(stream, cfg.Stream...)
-	stream = append(stream, recovery.StreamServerInterceptor(recoverOpt))
-
+	n.unaryExtra, n.streamExtra = chainUnary(cfg.Unary), chainStream(cfg.Stream)
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(unary...),
-		grpc.ChainStreamInterceptor(stream...),
+		grpc.UnaryInterceptor(n.unaryInterceptor),
+		grpc.StreamInterceptor(n.streamInterceptor),
 		grpc.MaxRecvMsgSize(4 << 20),
 	}
 	if cfg.TLS != nil {
@@ -498,7 +459,7 @@ func (n *Node) Draining() bool { return n.draining.Load() }
 // (bounded by ShutdownGrace), listeners close. It returns nil after a
 // clean shutdown.
 func (n *Node) Run(ctx context.Context) error {
-	n.metrics.InitializeMetrics(n.grpc)
+	n.rpc.init(n.grpc)
 	if !n.draining.Load() {
 		for _, name := range n.healthNames() {
 			n.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)

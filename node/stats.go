@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -53,36 +52,13 @@ func isHealthCheck(method string) bool {
 	return method == grpc_health_v1.Health_Check_FullMethodName || method == grpc_health_v1.Health_Watch_FullMethodName
 }
 
-func (n *Node) statsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if isHealthCheck(info.FullMethod) {
-		return h(ctx, req)
-	}
-	n.stats.inFlight.Add(1)
-	defer n.stats.inFlight.Add(-1)
-	start := time.Now()
-	resp, err := h(ctx, req)
-	n.stats.latency.observe(time.Since(start))
-	n.stats.requests.Add(1)
+// done counts one finished call that took d and ended with err.
+func (s *stats) done(d time.Duration, err error) {
+	s.latency.observe(d)
+	s.requests.Add(1)
 	if ServerFault(err) {
-		n.stats.errors.Add(1)
+		s.errors.Add(1)
 	}
-	return resp, err
-}
-
-func (n *Node) statsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if isHealthCheck(info.FullMethod) || info.FullMethod == willowv1.Master_Watch_FullMethodName {
-		return h(srv, ss)
-	}
-	n.stats.inFlight.Add(1)
-	defer n.stats.inFlight.Add(-1)
-	start := time.Now()
-	err := h(srv, ss)
-	n.stats.latency.observe(time.Since(start))
-	n.stats.requests.Add(1)
-	if ServerFault(err) {
-		n.stats.errors.Add(1)
-	}
-	return err
 }
 
 // load takes the figures for one heartbeat and resets the window.
@@ -177,20 +153,6 @@ func (n *Node) drillFault(ctx context.Context, method string) error {
 		return status.Error(codes.Unavailable, "drill: injected error")
 	}
 	return nil
-}
-
-func (n *Node) drillUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := n.drillFault(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
-}
-
-func (n *Node) drillStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := n.drillFault(ss.Context(), info.FullMethod); err != nil {
-		return err
-	}
-	return h(srv, ss)
 }
 
 // rssBytes is the process's resident set size, from /proc/self/statm.

@@ -1,6 +1,7 @@
 // Package shedding is the admission and retry policy every Willow service
-// shares, as gRPC interceptors in the go-grpc-middleware chain (install
-// them through node.Config.Unary/Stream).
+// shares, as gRPC interceptors: a node runs admission (Shedder.GateCall)
+// inside its own server interceptor when node.Config.Shed is set; other
+// servers install UnaryServerInterceptor and StreamServerInterceptor.
 //
 // A request carries its context in gRPC metadata: willow-business and
 // willow-user (WithRequest on the client; the client interceptors carry an

@@ -39,15 +39,11 @@ func lastOf(v []string) string {
 	return ""
 }
 
-// gate runs admission for one call. It returns the context for the handler
+// gate runs admission for one call of a method of class cl (not Exempt). It returns the context for the handler
 // (carrying WouldShed for Deferred methods), a release func for the slot
 // (nil when none was taken) and the rejection error, if any.
 // ss is the server stream, nil for unary calls.
-func (s *Shedder) gate(ctx context.Context, method string, ss grpc.ServerStream) (context.Context, func(), error) {
-	cl := s.Class(method)
-	if cl == Exempt {
-		return ctx, nil, nil
-	}
+func (s *Shedder) gate(ctx context.Context, cl Class, ss grpc.ServerStream) (context.Context, func(), error) {
 	deferred := cl == Deferred
 	business, user := requestContext(ctx)
 	reason, ok, bi, key := s.admit(business, user)
@@ -106,18 +102,32 @@ func (s *Shedder) announce(ctx context.Context, ss grpc.ServerStream) {
 	}
 }
 
-// UnaryServerInterceptor applies admission to unary calls: Exempt methods
-// pass untouched; others are shed by ratio, by level or after MaxWait for
-// a slot (RESOURCE_EXHAUSTED, reason shed_ratio or overload, with a
-// retry-after hint), except Deferred methods, whose handler always runs and
-// learns the decision from WouldShed. The admission level goes back in the
-// response header willow-admit-level.
+// GateCall is the server interceptors' admission for one call of method, for
+// a server that runs it inside an interceptor of its own (package node
+// does): Exempt methods pass untouched; others are shed by ratio, by
+// level or after MaxWait for a slot (RESOURCE_EXHAUSTED, reason shed_ratio
+// or overload, with a retry-after hint), except Deferred methods, whose
+// handler always runs and learns the decision from WouldShed. The
+// admission level goes back in the response header willow-admit-level (on
+// ss for streams; ss is nil for unary calls). It returns the context for
+// the handler, the func that releases the call's slot when the call ends
+// (nil when none was taken) and the rejection error. A nil Shedder admits
+// everything.
+func (s *Shedder) GateCall(ctx context.Context, method string, ss grpc.ServerStream) (context.Context, func(), error) {
+	if s == nil {
+		return ctx, nil, nil
+	}
+	cl := s.Class(method)
+	if cl == Exempt {
+		return ctx, nil, nil
+	}
+	return s.gate(ctx, cl, ss)
+}
+
+// UnaryServerInterceptor applies admission (GateCall) to unary calls.
 func (s *Shedder) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if s.Class(info.FullMethod) == Exempt {
-			return handler(ctx, req)
-		}
-		ctx, release, err := s.gate(ctx, info.FullMethod, nil)
+		ctx, release, err := s.GateCall(ctx, info.FullMethod, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -132,10 +142,7 @@ func (s *Shedder) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // is decided when the stream opens and a slot is held until it ends.
 func (s *Shedder) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if s.Class(info.FullMethod) == Exempt {
-			return handler(srv, ss)
-		}
-		ctx, release, err := s.gate(ss.Context(), info.FullMethod, ss)
+		ctx, release, err := s.GateCall(ss.Context(), info.FullMethod, ss)
 		if err != nil {
 			return err
 		}

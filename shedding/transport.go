@@ -15,9 +15,10 @@ import (
 // shed_ratio or overload, with a retry-after hint). release, when not nil,
 // frees the concurrency slot and must be called when the request ends.
 func (s *Shedder) Gate(ctx context.Context, method, business, user string) (_ context.Context, release func(), err error) {
-	if s.Class(method) == Exempt {
+	cl := s.Class(method)
+	if cl == Exempt {
 		return ctx, nil, nil
 	}
 	ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(MDBusiness, business, MDUser, user))
-	return s.gate(ctx, method, nil)
+	return s.gate(ctx, cl, nil)
 }
