@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"mime"
 	"net"
 	"net/http"
 	"strconv"
@@ -442,22 +443,37 @@ func (h *HTTP) claims(r *http.Request, route string) (token.Claims, string, erro
 	return c, tok, err
 }
 
-// begin runs admission and the session's Begin for a creation request.
-func (h *HTTP) begin(r *http.Request, p BeginParams) (SessionState, func(), error) {
+// begin runs admission and the session's Begin for a creation request
+// of the token's c, the business and upload ID defaulting to the token's
+// business and a fresh ID, and sets Location to the upload's URL. On
+// failure it has answered the request and ok is false; release ends the
+// admission either way.
+func (h *HTTP) begin(w http.ResponseWriter, r *http.Request, p protocol, c token.Claims, bp BeginParams) (ss SessionState, release func(), ok bool) {
+	if bp.Business == "" {
+		bp.Business = c.Business
+	}
+	if bp.UploadID == "" {
+		bp.UploadID = newUploadID()
+	}
 	ctx := r.Context()
-	release := func() {}
+	release = func() {}
+	var err error
 	if sh := h.s.node.Shedder(); sh != nil {
-		gctx, rel, err := sh.Gate(ctx, willowv1.Upload_Begin_FullMethodName, p.Business, p.User)
-		if err != nil {
-			return SessionState{}, release, err
-		}
-		ctx = gctx
+		gctx, rel, gerr := sh.Gate(ctx, willowv1.Upload_Begin_FullMethodName, bp.Business, bp.User)
 		if rel != nil {
 			release = rel
 		}
+		ctx, err = gctx, gerr
 	}
-	ss, err := h.s.beginSession(ctx, p)
-	return ss, release, err
+	if err == nil {
+		ss, err = h.s.beginSession(ctx, bp)
+	}
+	if err != nil {
+		h.fail(w, p, err)
+		return ss, release, false
+	}
+	w.Header().Set("Location", h.uploadURL(r, ss.Key))
+	return ss, release, true
 }
 
 // newUploadID makes an upload ID for a client that sent none.
@@ -723,17 +739,47 @@ func (h *HTTP) openSession(w http.ResponseWriter, r *http.Request, p protocol, r
 		h.fail(w, p, err)
 		return ss, nil, false
 	}
-	release, err = h.takeover(w, key)
+	_, ss, release, ok = h.takeSession(w, r, p, key, c.User)
+	return ss, release, ok
+}
+
+// takeSession takes upload key of user over from any stale request still
+// writing to it and returns it (st is nil when it is committed and gone
+// from staging) with its state and the release of that takeover. On
+// failure it has answered the request and ok is false.
+func (h *HTTP) takeSession(w http.ResponseWriter, r *http.Request, p protocol, key, user string) (st *staged, ss SessionState, release func(), ok bool) {
+	release, err := h.takeover(w, key)
 	if err != nil {
 		h.fail(w, p, err)
-		return ss, nil, false
+		return nil, ss, nil, false
 	}
-	if _, ss, err = h.s.sessionOf(r.Context(), key, c.User); err != nil {
+	if st, ss, err = h.s.sessionOf(r.Context(), key, user); err != nil {
 		h.fail(w, p, err)
 		release()
-		return ss, nil, false
+		return nil, ss, nil, false
 	}
-	return ss, release, true
+	return st, ss, release, true
+}
+
+// appendRequest checks what every append (tus PATCH, IETF upload append)
+// starts with: the body's media type contentType, Upload-Offset and the
+// caller's token. It returns the offset and the token's user; on failure
+// it has answered the request and ok is false.
+func (h *HTTP) appendRequest(w http.ResponseWriter, r *http.Request, p protocol, contentType string) (off int64, user string, ok bool) {
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != contentType {
+		h.writeErr(w, p, http.StatusUnsupportedMediaType, "bad_content_type", "an append needs Content-Type: "+contentType, 0)
+		return 0, "", false
+	}
+	if off, ok = parseSFInt(r.Header.Get("Upload-Offset")); !ok {
+		h.fail(w, p, fail(ReasonBadOffset, "an append needs Upload-Offset, a non-negative integer"))
+		return 0, "", false
+	}
+	c, _, err := h.claims(r, RoutePatch)
+	if err != nil {
+		h.fail(w, p, err)
+		return 0, "", false
+	}
+	return off, c.User, true
 }
 
 // head answers HEAD for both protocols: the upload's offset.

@@ -81,19 +81,11 @@ func (h *HTTP) ietfCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 		UploadID: r.Header.Get(HeaderUploadID), Token: tok, User: c.User, Business: r.Header.Get(HeaderBusiness),
 		Size: size, ContentType: ct, Filename: filename, Kind: kindFor("", ct),
 	}
-	if bp.Business == "" {
-		bp.Business = c.Business
-	}
-	if bp.UploadID == "" {
-		bp.UploadID = newUploadID()
-	}
-	ss, release, err := h.begin(r, bp)
+	ss, release, ok := h.begin(w, r, p, c, bp)
 	defer release()
-	if err != nil {
-		h.fail(w, p, err)
+	if !ok {
 		return
 	}
-	w.Header().Set("Location", h.uploadURL(r, ss.Key))
 	if ss.Committed == nil {
 		// Announce the upload resource before reading the body, so the
 		// client can resume whatever happens to this request.
@@ -106,13 +98,8 @@ func (h *HTTP) ietfCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 
 // ietfAppend answers an upload append: PATCH of the upload resource.
 func (h *HTTP) ietfAppend(w http.ResponseWriter, r *http.Request, p protocol, key string) {
-	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != partialUploadType {
-		h.writeErr(w, p, http.StatusUnsupportedMediaType, "bad_content_type", "an upload append needs Content-Type: "+partialUploadType, 0)
-		return
-	}
-	off, ok := parseSFInt(r.Header.Get("Upload-Offset"))
+	off, user, ok := h.appendRequest(w, r, p, partialUploadType)
 	if !ok {
-		h.fail(w, p, fail(ReasonBadOffset, "an upload append needs Upload-Offset"))
 		return
 	}
 	complete, ok := parseSFBool(r.Header.Get("Upload-Complete"))
@@ -120,12 +107,7 @@ func (h *HTTP) ietfAppend(w http.ResponseWriter, r *http.Request, p protocol, ke
 		h.fail(w, p, fail(ReasonBadUploadComplete, "an upload append needs Upload-Complete: ?0 or ?1"))
 		return
 	}
-	c, _, err := h.claims(r, RoutePatch)
-	if err != nil {
-		h.fail(w, p, err)
-		return
-	}
-	h.ietfReceive(w, r, p, key, c.User, off, complete, true, http.StatusNoContent)
+	h.ietfReceive(w, r, p, key, user, off, complete, true, http.StatusNoContent)
 }
 
 // ietfReceive reads the body into upload key of user from off and, when
@@ -133,17 +115,11 @@ func (h *HTTP) ietfAppend(w http.ResponseWriter, r *http.Request, p protocol, ke
 // upload's offset (append); a creation's body starts at 0 and may repeat
 // identical staged bytes.
 func (h *HTTP) ietfReceive(w http.ResponseWriter, r *http.Request, p protocol, key, user string, off int64, complete, strict bool, code int) {
-	release, err := h.takeover(w, key)
-	if err != nil {
-		h.fail(w, p, err)
+	st, ss, release, ok := h.takeSession(w, r, p, key, user)
+	if !ok {
 		return
 	}
 	defer release()
-	st, ss, err := h.s.sessionOf(r.Context(), key, user)
-	if err != nil {
-		h.fail(w, p, err)
-		return
-	}
 	if st == nil || ss.Committed != nil {
 		// The upload is complete: replay its final response.
 		w.Header().Set("Upload-Complete", "?1")

@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		drained: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_drained_total",
 			Help: "Media moved from a buffer pool to the store."}, []string{"pool"}),
 		compress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_compress_total",
-			Help: "Compress attempts by outcome (ok, error)."}, []string{"outcome"}),
+			Help: "Compress attempts by outcome (ok, error; abandoned: the commit came first)."}, []string{"outcome"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_failed_total",
 			Help: "Media moved to the dead-letter state failed, by reason (compress refused the bytes for good)."}, []string{"reason"}),
 		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_pool_compactions_total",
@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_pool_reclaimed_bytes_total",
 			Help: "Disk bytes given back by pool compactions."}, []string{"pool"}),
 		mirror: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_staging_mirror_total",
-			Help: "Durable ranges of staged uploads copied to the region's store, by outcome (ok, error)."}, []string{"outcome"}),
+			Help: "Durable ranges of staged uploads copied to the region's store, by outcome (ok, error; abandoned: the commit came first)."}, []string{"outcome"}),
 		adopted: prometheus.NewCounter(prometheus.CounterOpts{Name: "willow_upload_adopted_total",
 			Help: "Uploads begun on another front of the region and continued on this one."}),
 	}
@@ -75,6 +75,7 @@ func (m *metrics) initSeries() {
 		m.compress.WithLabelValues(o)
 		m.mirror.WithLabelValues(o)
 	}
+	m.mirror.WithLabelValues("abandoned")
 	// The permanent refusals of compress (compress/doc.go) that move
 	// media to failed.
 	for _, r := range []string{"pixel_bomb", "corrupt_media", "too_large", "too_long", "source_missing", ReasonRetriesExhausted} {

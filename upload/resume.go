@@ -83,7 +83,7 @@ type sessionRecord struct {
 }
 
 // mirror copies one staged upload's durable ranges to the store. Its
-// methods are called under the staged upload's mutex.
+// methods are called under the staged upload's syncMu.
 type mirror struct {
 	s     *Server
 	key   string
@@ -139,20 +139,24 @@ func (m *mirror) owned(ctx context.Context) error {
 // owns the upload; store failures are logged, not returned. The last
 // range (to is the upload's size) is not mirrored: Commit follows it, and
 // a client whose front dies in between resends at most that range to
-// another front. So an upload sent in one stream costs no mirror writes.
-func (m *mirror) durable(f *os.File, to int64) error {
+// another front. So an upload of up to SyncEvery sent in one stream costs
+// no mirror writes. A cancelled ctx (a commit under way) abandons the copy
+// quietly; the ownership check runs whatever ctx says.
+func (m *mirror) durable(ctx context.Context, f *os.File, to int64) error {
 	if m.moved {
 		return errMoved
 	}
 	if to <= m.end || to >= m.meta.Size || m.s.now().Before(m.retryAt) {
 		return nil
 	}
-	ctx, cancel := m.s.mirrorCtx()
-	defer cancel()
-	err := m.owned(ctx)
+	octx, ocancel := m.s.mirrorCtx()
+	err := m.owned(octx)
+	ocancel()
 	if errors.Is(err, errMoved) {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, m.s.cfg.MirrorTimeout)
+	defer cancel()
 	if err == nil {
 		h := sha256.New()
 		n := to - m.end
@@ -166,6 +170,10 @@ func (m *mirror) durable(f *os.File, to int64) error {
 				m.end -= n
 			}
 		}
+	}
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		m.s.m.mirror.WithLabelValues("abandoned").Inc()
+		return nil
 	}
 	if err != nil {
 		m.retryAt = m.s.now().Add(m.s.cfg.MirrorTimeout)
@@ -222,9 +230,9 @@ func (s *Server) attachMirror(key string, st *staged, epoch uint64, parts []mirr
 			return err
 		}
 	}
-	st.mu.Lock()
+	st.syncMu.Lock()
 	st.mirror = m
-	st.mu.Unlock()
+	st.syncMu.Unlock()
 	return err
 }
 
@@ -236,14 +244,15 @@ func (s *Server) unmirror(key string, st *staged) {
 	}
 	var epoch uint64
 	if st != nil {
-		st.mu.Lock()
+		st.syncMu.Lock()
 		m := st.mirror
-		st.mu.Unlock()
-		if m != nil && !m.wrote {
-			return // never in the store
-		}
+		wrote := m != nil && m.wrote
 		if m != nil {
 			epoch = m.epoch
+		}
+		st.syncMu.Unlock()
+		if m != nil && !wrote {
+			return // never in the store
 		}
 	}
 	ctx, cancel := s.mirrorCtx()
@@ -290,26 +299,7 @@ func (s *Server) localOrAdopted(ctx context.Context, key string) (*staged, error
 		return st, nil
 	}
 	if st != nil {
-		st.mu.Lock()
-		m := st.mirror
-		st.mu.Unlock()
-		switch {
-		case m != nil && m.moved:
-			// Taken over before: stale, whatever the store says now.
-		case !ok:
-			if m == nil {
-				// Staged before a restart, never mirrored or its record
-				// removed: mirror it from now on.
-				_ = s.attachMirror(key, st, 1, nil, false)
-			}
-			return st, nil
-		case rec.Owner == s.nodeID && (m == nil || m.epoch == rec.Epoch):
-			if m == nil {
-				// This front restarted: carry on with its own record.
-				st.mu.Lock()
-				st.mirror = &mirror{s: s, key: key, meta: st.meta, epoch: rec.Epoch, parts: rec.Parts, end: rec.Durable, wrote: true}
-				st.mu.Unlock()
-			}
+		if own := st.ownMirror(s, key, ok, rec); own {
 			return st, nil
 		}
 		// Another front took the upload over: what is staged here is
@@ -418,18 +408,46 @@ func (s *Server) copyPart(ctx context.Context, key string, st *staged, p mirrorP
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, MaxChunkBytes); return &b }}
 
+// ownMirror decides, for localOrAdopted, whether st (staged here) is
+// still this front's copy of key given the session record rec (ok: there
+// is one), attaching a mirror when st has none yet. false: another front
+// took the upload over and st is stale.
+func (st *staged) ownMirror(s *Server, key string, ok bool, rec sessionRecord) bool {
+	st.syncMu.Lock()
+	defer st.syncMu.Unlock()
+	m := st.mirror
+	switch {
+	case m != nil && m.moved:
+		// Taken over before: stale, whatever the store says now.
+	case !ok:
+		if m == nil {
+			// Staged before a restart, never mirrored or its record
+			// removed: mirror it from now on.
+			st.mirror = &mirror{s: s, key: key, meta: st.meta, epoch: 1}
+		}
+		return true
+	case rec.Owner == s.nodeID && (m == nil || m.epoch == rec.Epoch):
+		if m == nil {
+			// This front restarted: carry on with its own record.
+			st.mirror = &mirror{s: s, key: key, meta: st.meta, epoch: rec.Epoch, parts: rec.Parts, end: rec.Durable, wrote: true}
+		}
+		return true
+	}
+	return false
+}
+
 // isMoved reports whether another front took st over.
 func (st *staged) isMoved() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
+	st.syncMu.Lock()
+	defer st.syncMu.Unlock()
 	return st.mirror != nil && st.mirror.moved
 }
 
 // checkOwner is Commit's ownership check: FAILED_PRECONDITION
 // upload_moved when another front took the upload over.
 func (s *Server) checkOwner(st *staged) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
+	st.syncMu.Lock()
+	defer st.syncMu.Unlock()
 	if st.mirror == nil || (!st.mirror.wrote && !st.mirror.moved) {
 		return nil // no record: no other front can have adopted it
 	}

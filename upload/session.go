@@ -422,6 +422,10 @@ func (s *Server) commitStaged(ctx context.Context, key string, wait bool) (_ Out
 		return s.duplicateOutcome(rec), nil
 	}
 	meta := st.meta
+	// A background copy of a range to the store is of no use once the
+	// upload commits (the copy is removed after): stop it, keeping its
+	// fsync.
+	st.stopMirror()
 	if err := s.checkOwner(st); err != nil {
 		return Outcome{}, err
 	}

@@ -2,6 +2,7 @@ package upload
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding"
 	"encoding/binary"
@@ -65,26 +66,50 @@ const (
 // the offset file (two alternating checksummed slots, so a torn write of
 // one leaves the other). On open the data file is cut back to the durable
 // offset: bytes written but not synced before a crash are never trusted.
+//
+// The syncs that Write starts every SyncEvery bytes run in the background
+// (one at a time, pipelined with the receive loop): the fsync, the offset
+// record and the mirror to the store happen while the next bytes are
+// received, and durable moves only once all three are done. Sync, which
+// the caller runs before it reports an offset, waits for a background
+// sync and makes everything written durable itself.
 type staged struct {
 	dir  string
 	meta stageMeta
 
-	mu      sync.Mutex // guards everything below
-	f       *os.File
-	written int64
-	durable int64
+	// syncMu is held by whoever syncs (a background sync or Sync) and
+	// by whoever replaces or closes the data file; it is taken before mu,
+	// never while holding mu.
+	syncMu sync.Mutex
 	// metaDurable: the metadata file and the staging dir's entries were
 	// fsynced by this process (a dir opened again is synced once more).
+	// Guarded by syncMu.
 	metaDurable bool
-	sinceSync   int64
-	seq         uint64
-	h           hash.Hash
-	committed   *commitMarker
+	seq         uint64 // guarded by syncMu
+	// mirror, when set, copies every newly durable range to the region's
+	// store (resume.go); guarded by syncMu.
+	mirror *mirror
+
+	mu        sync.Mutex // guards everything below
+	f         *os.File
+	written   int64
+	durable   int64
+	sinceSync int64
+	h         hash.Hash
+	committed *commitMarker
 	// headerOK: the image header was read and passed the pixel check.
 	headerOK bool
-	// mirror, when set, copies every newly durable range to the region's
-	// store (resume.go); it is called under mu at the end of a sync.
-	mirror *mirror
+	// flushing: a background sync started by Write has not ended.
+	flushing bool
+	// stopFlush cancels the running background sync's mirror write (a
+	// commit does not wait for a copy it is about to delete).
+	stopFlush context.CancelFunc
+	// flushErr: the last background sync failed (or found the upload
+	// taken over); the next Write or Sync returns it once.
+	flushErr error
+	// gen changes when the staged bytes are dropped (Reset, commit,
+	// close): a background sync started before does nothing.
+	gen uint64
 }
 
 func writeFileSync(path string, b []byte) error { return writeFile(path, b, true) }
@@ -121,7 +146,7 @@ func writeFile(path string, b []byte, sync bool) error {
 // createStaged makes a new staging dir for meta. The metadata is written
 // (atomically) but not fsynced: nothing is acknowledged for an upload
 // before its first sync, which makes the metadata and the directory
-// durable before the offset it records is (syncLocked). A crash before
+// durable before the offset it records is (syncTo). A crash before
 // that leaves no dir, one at offset 0, or one with unreadable metadata,
 // which scanStaging removes.
 func createStaged(dir string, meta stageMeta) (*staged, error) {
@@ -302,27 +327,111 @@ func (s *staged) Write(off int64, data []byte, syncEvery int64) error {
 	s.h.Write(data)
 	s.written += int64(len(data))
 	s.sinceSync += int64(len(data))
-	if syncEvery > 0 && s.sinceSync >= syncEvery {
-		return s.syncLocked()
+	if syncEvery > 0 && s.sinceSync >= syncEvery && !s.flushing {
+		return s.startFlushLocked()
 	}
 	return nil
 }
 
-// Sync makes [0, written) durable and returns the durable offset.
-func (s *staged) Sync() (int64, error) {
+// syncPoint is what one sync makes durable: the bytes [0, to) of f and
+// the hash state after them.
+type syncPoint struct {
+	f   *os.File
+	to  int64
+	hs  []byte
+	gen uint64
+}
+
+func (s *staged) syncPointLocked() (syncPoint, error) {
+	hs, err := s.h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return syncPoint{}, err
+	}
+	s.sinceSync = 0
+	return syncPoint{f: s.f, to: s.written, hs: hs, gen: s.gen}, nil
+}
+
+// startFlushLocked starts a background sync of [0, written): the receive
+// loop goes on while it runs. Its error comes back from the next Write or
+// Sync.
+func (s *staged) startFlushLocked() error {
+	if err := s.takeFlushErrLocked(); err != nil {
+		return err
+	}
+	p, err := s.syncPointLocked()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.flushing, s.stopFlush = true, cancel
+	go func() {
+		defer cancel()
+		s.syncMu.Lock()
+		defer s.syncMu.Unlock()
+		err := s.syncTo(ctx, p)
+		// Before syncMu is released: the Sync waiting for this one sees
+		// its error.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.flushing, s.stopFlush = false, nil
+		if err != nil && p.gen == s.gen {
+			s.flushErr = err
+		}
+	}()
+	return nil
+}
+
+func (s *staged) takeFlushErrLocked() error {
+	err := s.flushErr
+	s.flushErr = nil
+	return err
+}
+
+// stopMirror cancels the copy of a running background sync to the store
+// (its fsync, offset record and ownership check still complete); for a
+// commit, which removes the mirrored copy anyway.
+func (s *staged) stopMirror() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stopFlush != nil {
+		s.stopFlush()
+	}
+}
+
+// Sync makes [0, written) durable (after a background sync, if one runs)
+// and returns the durable offset. Once every byte is in, a background
+// sync's copy to the store is abandoned (its fsync is not): the commit
+// follows, and the last range is never mirrored either.
+func (s *staged) Sync() (int64, error) {
+	if written, _ := s.Offsets(); written == s.meta.Size {
+		s.stopMirror()
+	}
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
 	if s.committed != nil {
+		s.mu.Unlock()
 		return s.meta.Size, nil
 	}
-	if err := s.syncLocked(); err != nil {
-		return s.durable, err
+	err := s.takeFlushErrLocked()
+	var p syncPoint
+	if err == nil {
+		p, err = s.syncPointLocked()
 	}
-	return s.durable, nil
+	durable := s.durable
+	s.mu.Unlock()
+	if err != nil {
+		return durable, err
+	}
+	err = s.syncTo(context.Background(), p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.durable, err
 }
 
 // syncMetaLocked makes the metadata file, the staging dir's entries (meta,
-// data, offset) and the dir's own entry durable, once per open.
+// data, offset) and the dir's own entry durable, once per open. The
+// caller holds syncMu.
 func (s *staged) syncMetaLocked() error {
 	if s.metaDurable {
 		return nil
@@ -346,24 +455,31 @@ func (s *staged) syncMetaLocked() error {
 	return nil
 }
 
-func (s *staged) syncLocked() error {
-	if s.written == s.durable {
+// syncTo makes p durable: the data file's fsync, the offset record with
+// p's hash state, the metadata (first time), then the mirror of the new
+// range; durable becomes p.to after all of them. The caller holds syncMu
+// (not mu). ctx stops only the mirror.
+func (s *staged) syncTo(ctx context.Context, p syncPoint) error {
+	s.mu.Lock()
+	stale := p.gen != s.gen || s.f == nil
+	durable := s.durable
+	s.mu.Unlock()
+	if stale {
+		return nil
+	}
+	if p.to <= durable {
 		return s.syncMetaLocked()
 	}
-	if err := iostat.Sync(s.f); err != nil {
+	if err := iostat.Sync(p.f); err != nil {
 		return fmt.Errorf("sync staged: %w", err)
-	}
-	hs, err := s.h.(encoding.BinaryMarshaler).MarshalBinary()
-	if err != nil {
-		return err
 	}
 	slot := make([]byte, slotSize)
 	s.seq++
 	binary.BigEndian.PutUint64(slot[0:8], s.seq)
-	binary.BigEndian.PutUint64(slot[8:16], uint64(s.written))
-	binary.BigEndian.PutUint16(slot[16:18], uint16(len(hs)))
-	copy(slot[18:], hs)
-	binary.BigEndian.PutUint32(slot[18+len(hs):], crc32.ChecksumIEEE(slot[:18+len(hs)]))
+	binary.BigEndian.PutUint64(slot[8:16], uint64(p.to))
+	binary.BigEndian.PutUint16(slot[16:18], uint16(len(p.hs)))
+	copy(slot[18:], p.hs)
+	binary.BigEndian.PutUint32(slot[18+len(p.hs):], crc32.ChecksumIEEE(slot[:18+len(p.hs)]))
 	of, err := os.OpenFile(filepath.Join(s.dir, fileOffset), os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -386,12 +502,16 @@ func (s *staged) syncLocked() error {
 	if err := s.syncMetaLocked(); err != nil {
 		return err
 	}
-	s.durable = s.written
-	s.sinceSync = 0
+	var merr error
 	if s.mirror != nil {
-		return s.mirror.durable(s.f, s.durable)
+		merr = s.mirror.durable(ctx, p.f, p.to)
 	}
-	return nil
+	s.mu.Lock()
+	if p.gen == s.gen && p.to > s.durable {
+		s.durable = p.to
+	}
+	s.mu.Unlock()
+	return merr
 }
 
 // Sum returns the hex SHA-256 of the bytes received so far.
@@ -411,8 +531,11 @@ func (s *staged) Reader() (io.ReaderAt, int64) {
 // Reset drops every received byte (after a SHA-256 mismatch), so the
 // client can send the upload again under the same ID.
 func (s *staged) Reset() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.gen++
 	if err := os.Remove(filepath.Join(s.dir, fileOffset)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -433,6 +556,8 @@ func (s *staged) Reset() error {
 // is not fsynced: it only speeds up duplicate detection, the record in the
 // store or pool is the proof of the commit.
 func (s *staged) MarkCommitted(c commitMarker) error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, err := json.Marshal(c)
@@ -443,6 +568,7 @@ func (s *staged) MarkCommitted(c commitMarker) error {
 		return err
 	}
 	s.committed = &c
+	s.gen++
 	if s.f != nil {
 		s.f.Close()
 		s.f = nil
@@ -454,11 +580,15 @@ func (s *staged) MarkCommitted(c commitMarker) error {
 
 // Close closes the data file.
 func (s *staged) Close() error {
+	s.stopMirror()
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f == nil {
 		return nil
 	}
+	s.gen++
 	err := s.f.Close()
 	s.f = nil
 	return err

@@ -118,19 +118,11 @@ func (h *HTTP) tusCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 		ContentType: ct, Filename: first(md, "filename", "name"),
 		Kind: kindFor(md["kind"], ct),
 	}
-	if bp.Business == "" {
-		bp.Business = c.Business
-	}
-	if bp.UploadID == "" {
-		bp.UploadID = newUploadID()
-	}
-	ss, release, err := h.begin(r, bp)
+	ss, release, ok := h.begin(w, r, p, c, bp)
 	defer release()
-	if err != nil {
-		h.fail(w, p, err)
+	if !ok {
 		return
 	}
-	w.Header().Set("Location", h.uploadURL(r, ss.Key))
 	if ss.Committed != nil {
 		w.Header().Set("Upload-Offset", strconv.FormatInt(ss.Size, 10))
 		setOutcome(w, ss.Committed)
@@ -154,21 +146,9 @@ func (h *HTTP) tusCreate(w http.ResponseWriter, r *http.Request, p protocol) {
 
 // tusPatch answers PATCH of an upload (core).
 func (h *HTTP) tusPatch(w http.ResponseWriter, r *http.Request, p protocol, key string) {
-	if ct := r.Header.Get("Content-Type"); ct != tusContentType {
-		h.writeErr(w, p, http.StatusUnsupportedMediaType, "bad_content_type", "PATCH needs Content-Type: "+tusContentType, 0)
-		return
+	if off, user, ok := h.appendRequest(w, r, p, tusContentType); ok {
+		h.tusReceive(w, r, p, key, user, off, true, http.StatusNoContent)
 	}
-	off, ok := parseSFInt(r.Header.Get("Upload-Offset"))
-	if !ok {
-		h.fail(w, p, fail(ReasonBadOffset, "Upload-Offset must be a non-negative integer"))
-		return
-	}
-	c, _, err := h.claims(r, RoutePatch)
-	if err != nil {
-		h.fail(w, p, err)
-		return
-	}
-	h.tusReceive(w, r, p, key, c.User, off, true, http.StatusNoContent)
 }
 
 // tusReceive reads the body into upload key of user from off (verifying
@@ -197,17 +177,11 @@ func (h *HTTP) tusReceive(w http.ResponseWriter, r *http.Request, p protocol, ke
 		}
 		verify = func() (hash.Hash, []byte, error) { return hf, want, nil }
 	}
-	release, err := h.takeover(w, key)
-	if err != nil {
-		h.fail(w, p, err)
+	st, ss, release, ok := h.takeSession(w, r, p, key, user)
+	if !ok {
 		return
 	}
 	defer release()
-	st, ss, err := h.s.sessionOf(r.Context(), key, user)
-	if err != nil {
-		h.fail(w, p, err)
-		return
-	}
 	if st == nil || ss.Committed != nil {
 		// Replay the final answer: the upload is complete.
 		w.Header().Set("Upload-Offset", strconv.FormatInt(ss.Size, 10))
@@ -225,6 +199,7 @@ func (h *HTTP) tusReceive(w http.ResponseWriter, r *http.Request, p protocol, ke
 	}
 	me := h.current(key)
 	var durable int64
+	var err error
 	if verify != nil {
 		durable, err = h.receiveChecked(r, st, off, me, verify)
 	} else {

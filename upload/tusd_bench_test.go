@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +31,9 @@ import (
 // neither (no checksum unless the client sends one per request, no fsync).
 // WILLOW_BENCH_ROUNDS sets the rounds (default 3; medians are reported);
 // WILLOW_BENCH_DIR puts both stores there (default the test's temp dir);
-// WILLOW_BENCH_ONLY=willow|tusd runs one server alone (for profiles).
+// WILLOW_BENCH_ONLY=willow|tusd runs one server alone (for profiles);
+// WILLOW_BENCH_SIZES=1,5 picks the file sizes in MiB (default 1,5,50), so
+// a table can be measured in several shorter runs.
 func BenchmarkTusVsTusd(b *testing.B) {
 	tusd, err := exec.LookPath(filepath.Join(os.Getenv("HOME"), "go", "bin", "tusd"))
 	if err != nil {
@@ -100,6 +103,16 @@ func BenchmarkTusVsTusd(b *testing.B) {
 	}
 	var files []file
 	sizes := []int{1 << 20, 5 << 20, 50 << 20}
+	if v := os.Getenv("WILLOW_BENCH_SIZES"); v != "" {
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			mib, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || mib <= 0 {
+				b.Fatalf("WILLOW_BENCH_SIZES=%q: want MiB counts like 1,5,50", v)
+			}
+			sizes = append(sizes, mib<<20)
+		}
+	}
 	for _, size := range sizes {
 		src, ft := "../../shared/testdata/photos/Wine_by_Jakkub_Mede.jpg", "image/jpeg"
 		if size > 30<<20 {
