@@ -546,7 +546,9 @@ func (h *HTTP) current(key string) *inflight {
 // (pixel bomb, bytes beyond the upload's length, a mismatch) or a failed
 // sync.
 func (h *HTTP) receive(r *http.Request, st *staged, off int64, me *inflight, commits bool, progress func(int64)) (durable int64, whole bool, err error) {
-	buf := make([]byte, httpReadBuf)
+	bp := httpBufs.Get().(*[]byte)
+	defer httpBufs.Put(bp)
+	buf := *bp
 	_, lastDurable := st.Offsets()
 	size := st.meta.Size
 	body := h.body(r, me)
@@ -592,6 +594,11 @@ func (h *HTTP) receive(r *http.Request, st *staged, off int64, me *inflight, com
 	}
 	return durable, whole && err == nil, err
 }
+
+// httpBufs are the bodies' read buffers (httpReadBuf bytes), reused
+// across requests: their bytes are written and hashed before the next
+// read, never kept.
+var httpBufs = sync.Pool{New: func() any { b := make([]byte, httpReadBuf); return &b }}
 
 // body is r's body, read with the idle timeout and stopped by a takeover.
 func (h *HTTP) body(r *http.Request, me *inflight) io.Reader {

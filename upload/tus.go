@@ -246,7 +246,9 @@ func (h *HTTP) receiveChecked(r *http.Request, st *staged, off int64, me *inflig
 		return d, fail(ReasonChecksumMismatch, "Upload-Checksum %s does not match the %d bytes received; nothing was kept",
 			base64.StdEncoding.EncodeToString(want), n)
 	}
-	buf := make([]byte, httpReadBuf)
+	bp := httpBufs.Get().(*[]byte)
+	defer httpBufs.Put(bp)
+	buf := *bp
 	for pos := int64(0); pos < n; {
 		k, err := f.ReadAt(buf[:min(int64(len(buf)), n-pos)], pos)
 		if k == 0 && err != nil {
