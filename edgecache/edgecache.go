@@ -41,6 +41,13 @@ const (
 	DefaultFillBudgetBytes   = 64 << 20
 	DefaultFallbackQuality   = 85 // JPEG q85 matches the SSIM of HEIC at the normal quality (BENCHMARKS.md)
 	DefaultTranscoders       = 2
+	DefaultSendfileMinBytes  = 64 << 10 // BENCHMARKS.md, Edge cache 2: where sendfile starts to pay
+)
+
+// HTTP connection timeouts, on both HTTP paths.
+const (
+	httpHeaderTimeout = 10 * time.Second // a request head, from its first byte
+	httpIdleTimeout   = 2 * time.Minute  // between requests
 )
 
 // Config configures an edge cache node. Zero values mean the default. The
@@ -113,6 +120,14 @@ type Config struct {
 	// Get. It is implied when the node has a shedding policy
 	// (node.Config.Shed), whose interceptor already applies it.
 	SkipGRPCShedding bool `yaml:"-"`
+	// SendfileMinBytes is the smallest whole-object hit sent from the disk
+	// tier's file with sendfile(2); smaller ones are written from memory
+	// (with the header, in one writev on the hit path). Default
+	// DefaultSendfileMinBytes.
+	SendfileMinBytes int64 `yaml:"sendfile_min_bytes"`
+	// NoHitPath turns off the hit path (hitpath.go): net/http then serves
+	// every HTTP request, plain cached hits included. Off by default.
+	NoHitPath bool `yaml:"no_hit_path"`
 }
 
 // Peer is a member of the OC.
@@ -171,6 +186,7 @@ type Server struct {
 	lis     net.Listener
 	httpSrv *http.Server
 	handler http.Handler
+	hits    *hitServer // nil with Config.NoHitPath
 
 	mem   *memTier
 	hot   *memTier // objects owned by peers, fetched through them
@@ -247,6 +263,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.Transcoders <= 0 {
 		cfg.Transcoders = DefaultTranscoders
 	}
+	if cfg.SendfileMinBytes <= 0 {
+		cfg.SendfileMinBytes = DefaultSendfileMinBytes
+	}
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
@@ -294,7 +313,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.lis = s.node.CountListener(lis) // counted as the node's network traffic
 	s.handler = s.m.instrument(nosniff(http.HandlerFunc(s.serveHTTP)))
-	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnContext: connContext}
+	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: httpHeaderTimeout, IdleTimeout: httpIdleTimeout, ConnContext: connContext}
+	if !cfg.NoHitPath {
+		s.hits = newHitServer(s, s.lis, httpIdleTimeout, httpHeaderTimeout)
+	}
 	if err := n.Guard().Declare(Methods()); err != nil {
 		return nil, err
 	}
@@ -344,9 +366,18 @@ func (s *Server) Members() []string { return s.ring.Load().Members() }
 // then shuts HTTP down gracefully and closes peer connections. It returns
 // nil after a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	lis := s.lis
+	if s.hits != nil {
+		lis = s.hits.handoff // net/http serves what the hit path hands over
+		go func() {
+			if err := s.hits.serve(); err != nil {
+				errc <- err
+			}
+		}()
+	}
 	go func() {
-		if err := s.httpSrv.Serve(s.lis); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.httpSrv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()
@@ -366,6 +397,12 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 	shCtx, shCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer shCancel()
+	if s.hits != nil {
+		// First, so that what it hands over meanwhile is still served.
+		if serr := s.hits.shutdown(shCtx); serr != nil && err == nil {
+			err = fmt.Errorf("edgecache: http shutdown: %w", serr)
+		}
+	}
 	if serr := s.httpSrv.Shutdown(shCtx); serr != nil && err == nil {
 		err = fmt.Errorf("edgecache: http shutdown: %w", serr)
 	}

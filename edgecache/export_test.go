@@ -10,3 +10,11 @@ func DiskFilesSent(s *Server) int64 {
 	}
 	return s.disk.opened.Load()
 }
+
+// HitPathServed is the number of hits s's hit path answered.
+func HitPathServed(s *Server) int64 {
+	if s.hits == nil {
+		return 0
+	}
+	return s.hits.served.Load()
+}

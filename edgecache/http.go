@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -25,7 +26,8 @@ const (
 	cacheControl   = "public, max-age=31536000, immutable"
 )
 
-// serveHTTP serves GET and HEAD /m/{id}/{variant}.
+// serveHTTP serves GET and HEAD /m/{id}/{variant}: every request the hit
+// path (hitpath.go) does not answer itself.
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -37,51 +39,22 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusNotFound, rpcstatus.ReasonNotFound, "no such path; want /m/{id}/{variant}")
 		return
 	}
-	idStr, variant, ok := strings.Cut(rest, "/")
-	if !ok || strings.Contains(variant, "/") {
-		writeJSONError(w, http.StatusBadRequest, ReasonBadID, "want /m/{id}/{variant}")
-		return
-	}
 	var q url.Values
 	if r.URL.RawQuery != "" {
 		q = r.URL.Query()
 	}
-	sig := urlsign.FromQuery(q)
-	signed, err := s.authorize(r.Context(), idStr, variant, sig)
-	if err != nil {
-		writeError(w, err)
-		return
+	rq, signed, err := s.prepare(r.Context(), download{
+		rest: rest, query: q, accept: r.Header.Values("Accept"),
+		business: r.Header.Get(HeaderBusiness), user: r.Header.Get(HeaderUser),
+	})
+	if err == nil {
+		err = s.admit(rq.who.business, rq.who.user)
 	}
-	business := r.Header.Get(HeaderBusiness)
-	if business == "" {
-		business = q.Get("b")
+	var o *object
+	var tier string
+	if err == nil {
+		o, tier, err = s.lookup(r.Context(), rq)
 	}
-	user := r.Header.Get(HeaderUser)
-	if user == "" {
-		user = q.Get("u")
-	}
-	if business == "" {
-		business = flex.DefaultBusiness
-	}
-	if sig.User != "" {
-		user = sig.User // who the URL was signed for
-	}
-	if err := s.admit(business, user); err != nil {
-		writeError(w, err)
-		return
-	}
-	id, err := parseReq(idStr, variant)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	format, err := pickFormat(q.Get("format"), r.Header.Values("Accept"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	rq := req{id: id, idStr: idStr, variant: variant, format: format, who: caller{business, user}, key: rest}
-	o, tier, err := s.lookup(r.Context(), rq)
 	if err == nil {
 		o, tier, err = s.represent(r.Context(), rq, o, tier)
 	}
@@ -96,7 +69,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h["Etag"] = oh.etag
 	h["Cache-Control"] = cacheControlValue
 	safeHeaders(h, o.contentType, signed)
-	if negotiable(variant) {
+	if negotiable(rq.variant) {
 		h["Vary"] = varyAccept
 	}
 	if !o.sliced && r.Header.Get("Range") == "" && r.Header.Get("If-None-Match") == "" &&
@@ -130,15 +103,59 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.m.bytesHTTP.Add(float64(cw.n))
 }
 
-// sendfileMin is the smallest object a hit sends from its disk-tier file;
-// below it, opening the file costs more than the copy it saves.
-const sendfileMin = 16 << 10
+// download is what the answer to an HTTP download depends on, as both
+// HTTP paths (serveHTTP, the hit path) read it from a request.
+type download struct {
+	rest           string     // ID/VARIANT: the path after /m/
+	query          url.Values // nil without a query string
+	accept         []string   // the Accept header's values
+	business, user string     // the Willow-Business and Willow-User headers
+}
+
+// prepare checks a download's signature, ID, variant and format, and
+// names its caller (business and user: headers, else query ?b= and ?u=;
+// the signed user when signed). It changes nothing, so a request the hit
+// path gives up on is prepared again by serveHTTP. signed reports that a
+// signature let it through. Errors: ErrBadRequest, ErrBadFormat,
+// ErrForbidden and those of authorize.
+func (s *Server) prepare(ctx context.Context, d download) (rq req, signed bool, err error) {
+	idStr, variant, ok := strings.Cut(d.rest, "/")
+	if !ok || strings.Contains(variant, "/") {
+		return req{}, false, fmt.Errorf("%w: want /m/{id}/{variant}", ErrBadRequest)
+	}
+	sig := urlsign.FromQuery(d.query)
+	if signed, err = s.authorize(ctx, idStr, variant, sig); err != nil {
+		return req{}, false, err
+	}
+	business, user := d.business, d.user
+	if business == "" {
+		business = d.query.Get("b")
+	}
+	if user == "" {
+		user = d.query.Get("u")
+	}
+	if business == "" {
+		business = flex.DefaultBusiness
+	}
+	if sig.User != "" {
+		user = sig.User // who the URL was signed for
+	}
+	id, err := parseReq(idStr, variant)
+	if err != nil {
+		return req{}, false, err
+	}
+	format, err := pickFormat(d.query.Get("format"), d.accept)
+	if err != nil {
+		return req{}, false, err
+	}
+	return req{id: id, idStr: idStr, variant: variant, format: format, who: caller{business, user}, key: d.rest}, signed, nil
+}
 
 // diskFile returns the disk tier's file of the object o a hit for rq
 // resolved to, when the tier holds it and it is large enough to be worth
-// a sendfile.
+// a sendfile (Config.SendfileMinBytes).
 func (s *Server) diskFile(rq req, o *object) (*entryFile, bool) {
-	if s.disk == nil || len(o.data) < sendfileMin {
+	if s.disk == nil || int64(len(o.data)) < s.cfg.SendfileMinBytes {
 		return nil, false
 	}
 	if rq.format == FormatJPEG && o.contentType == "image/jpeg" {

@@ -34,6 +34,7 @@ type metrics struct {
 	httpSeconds   *prometheus.HistogramVec
 
 	hitBy     map[string]prometheus.Counter // read-only after newMetrics
+	http      *httpCounts
 	bytesHTTP prometheus.Counter
 	bytesGRPC prometheus.Counter
 }
@@ -111,6 +112,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, t := range []string{tierMemory, tierDisk, tierPeer, tierOrigin} {
 		m.hitBy[t] = m.hits.WithLabelValues(t)
 	}
+	m.http = m.newHTTPCounts()
 	m.bytesHTTP = m.bytesServed.WithLabelValues("http")
 	m.bytesGRPC = m.bytesServed.WithLabelValues("grpc")
 	return m
@@ -119,36 +121,65 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // hit counts one request served from tier.
 func (m *metrics) hit(tier string) { m.hitBy[tier].Inc() }
 
-// instrument counts and times every HTTP request h answers, by code and
-// method (get, head, or other: the label never takes a client's string).
-// It does what promhttp's InstrumentHandlerCounter and Duration do,
-// without their per-request label map and delegator allocations, which
-// were most of a cached hit's cost.
-func (m *metrics) instrument(h http.Handler) http.Handler {
-	seconds := m.httpSeconds.WithLabelValues()
-	// The GET answers a hit path gives (200, 304) are resolved once here;
-	// every other code and method through a map, resolved on first use.
-	get200 := m.httpRequests.WithLabelValues("200", "get")
-	get304 := m.httpRequests.WithLabelValues("304", "get")
-	var byCode sync.Map // httpKey -> prometheus.Counter
-	count := func(code int, method string) {
-		if method == "get" {
-			switch code {
-			case http.StatusOK:
-				get200.Inc()
-				return
-			case http.StatusNotModified:
-				get304.Inc()
-				return
-			}
-		}
-		k := httpKey{code, method}
-		c, ok := byCode.Load(k)
-		if !ok {
-			c, _ = byCode.LoadOrStore(k, m.httpRequests.WithLabelValues(strconv.Itoa(code), method))
-		}
-		c.(prometheus.Counter).Inc()
+// httpCounts counts and times HTTP answers, by code and method (get,
+// head, or other: the label never takes a client's string), for both HTTP
+// paths. It does what promhttp's InstrumentHandlerCounter and Duration
+// do, without their per-request label map and delegator allocations,
+// which were most of a cached hit's cost.
+type httpCounts struct {
+	m       *metrics
+	seconds prometheus.Observer
+	// The answers of hits (GET 200 and 304, HEAD 200) are resolved once;
+	// every other code and method through byCode, on first use.
+	get200, get304, head200 prometheus.Counter
+	byCode                  sync.Map // httpKey -> prometheus.Counter
+}
+
+func (m *metrics) newHTTPCounts() *httpCounts {
+	return &httpCounts{
+		m:       m,
+		seconds: m.httpSeconds.WithLabelValues(),
+		get200:  m.httpRequests.WithLabelValues("200", "get"),
+		get304:  m.httpRequests.WithLabelValues("304", "get"),
+		head200: m.httpRequests.WithLabelValues("200", "head"),
 	}
+}
+
+// done counts one answer of code to a request of method (an HTTP method)
+// whose head was read at start.
+func (c *httpCounts) done(code int, method string, start time.Time) {
+	c.counter(code, method).Inc()
+	c.seconds.Observe(time.Since(start).Seconds())
+}
+
+func (c *httpCounts) counter(code int, method string) prometheus.Counter {
+	switch method {
+	case http.MethodGet:
+		switch code {
+		case http.StatusOK:
+			return c.get200
+		case http.StatusNotModified:
+			return c.get304
+		}
+		method = "get"
+	case http.MethodHead:
+		if code == http.StatusOK {
+			return c.head200
+		}
+		method = "head"
+	default:
+		method = "other"
+	}
+	k := httpKey{code, method}
+	ctr, ok := c.byCode.Load(k)
+	if !ok {
+		ctr, _ = c.byCode.LoadOrStore(k, c.m.httpRequests.WithLabelValues(strconv.Itoa(code), method))
+	}
+	return ctr.(prometheus.Counter)
+}
+
+// instrument counts and times every HTTP request h answers (httpCounts).
+func (m *metrics) instrument(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := statusWriters.Get().(*statusWriter)
@@ -160,15 +191,7 @@ func (m *metrics) instrument(h http.Handler) http.Handler {
 			}
 			sw.ResponseWriter = nil
 			statusWriters.Put(sw)
-			method := "other"
-			switch r.Method {
-			case http.MethodGet:
-				method = "get"
-			case http.MethodHead:
-				method = "head"
-			}
-			count(code, method)
-			seconds.Observe(time.Since(start).Seconds())
+			m.http.done(code, r.Method, start)
 		}()
 		h.ServeHTTP(sw, r)
 	})

@@ -35,12 +35,18 @@ func nosniff(h http.Handler) http.Handler {
 	})
 }
 
+// attachment reports whether content of type ct is served as an
+// attachment: anything but an image or a video.
+func attachment(ct string) bool {
+	return !strings.HasPrefix(ct, "image/") && !strings.HasPrefix(ct, "video/")
+}
+
 // safeHeaders sets the headers of a served object: anything but an image
 // or a video is an attachment, never displayed inline; a download a
 // signature let through is private to its caller (shared caches would
 // serve it to anyone).
 func safeHeaders(h http.Header, ct string, signed bool) {
-	if !strings.HasPrefix(ct, "image/") && !strings.HasPrefix(ct, "video/") {
+	if attachment(ct) {
 		h.Set("Content-Disposition", "attachment")
 	}
 	if signed {

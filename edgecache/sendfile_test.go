@@ -121,7 +121,8 @@ func openUnder(t *testing.T, dir string) int {
 	return n
 }
 
-// size3 is the size of startThreeOnDisk's objects (above sendfileMin).
+// size3 is the size of startThreeOnDisk's objects (above its sendfile
+// size).
 const size3 = 32 << 10
 
 // startThreeOnDisk runs an edge (cfg plus a disk tier that holds two of
@@ -133,7 +134,7 @@ func startThreeOnDisk(t *testing.T, cfg edgecache.Config) (e *edge, ids []media.
 	for i := range 3 {
 		ids = append(ids, put(t, st, media.LocStore, i, media.VariantMedium, "image/heic", payload(size3, byte(i))))
 	}
-	cfg.DiskDir, cfg.DiskCapacityBytes = t.TempDir(), 2*size3+1024
+	cfg.DiskDir, cfg.DiskCapacityBytes, cfg.SendfileMinBytes = t.TempDir(), 2*size3+1024, size3/2
 	e, stop = runEdge(t, "edge-a-1", cfg, edgecache.Deps{Store: st})
 	return e, ids, cfg.DiskDir, stop
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -156,12 +157,30 @@ http {
 	}
 	cmd := exec.Command(bin, "-p", dir, "-c", cf, "-e", filepath.Join(dir, "error.log"))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	closeInheritedOnExec(b)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
+	// nginx and its workers are their own process group: killed at the
+	// end, and when this process is told to stop (a timeout's SIGTERM)
+	// before its cleanups could run.
+	kill := func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	sigs, stop := make(chan os.Signal, 1), make(chan struct{})
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		select {
+		case s := <-sigs:
+			kill()
+			fmt.Fprintf(os.Stderr, "%v: nginx killed\n", s)
+			os.Exit(2)
+		case <-stop:
+		}
+	}()
 	b.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nginx and its workers: its own process group
+		signal.Stop(sigs)
+		close(stop)
+		kill()
 		cmd.Wait()
 	})
 	if err := testenv.WaitTCP(addr, 5*time.Second); err != nil {
@@ -178,6 +197,22 @@ http {
 			t += procCPU(b, p)
 		}
 		return t
+	}
+}
+
+// closeInheritedOnExec marks the descriptors this process inherited
+// close-on-exec, so that nginx and the load client do not hold them: a
+// bench lock taken by `flock LOCK go test ...` is released when this
+// process ends, not when an nginx left behind does.
+func closeInheritedOnExec(b *testing.B) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
 	}
 }
 
@@ -213,7 +248,14 @@ func selfCPU() time.Duration {
 // so that load from other processes on the machine hits both alike.
 //
 //	go test -run '^$' -bench HTTPvsNginx -benchtime 1x ./edgecache
+//
+// EDGECACHE_BENCH_SIZE_KIB=N runs one size of N KiB instead (200 objects),
+// for finding where sendfile starts to pay.
 func BenchmarkHTTPvsNginx(b *testing.B) {
+	if kib, _ := strconv.Atoi(os.Getenv("EDGECACHE_BENCH_SIZE_KIB")); kib > 0 {
+		b.Run(fmt.Sprintf("size=%dKiB", kib), func(b *testing.B) { benchHTTPvsNginx(b, 200, kib<<10) })
+		return
+	}
 	b.Run("size=100KiB", func(b *testing.B) { benchHTTPvsNginx(b, 200, 100<<10) })
 	b.Run("size=1MiB", func(b *testing.B) { benchHTTPvsNginx(b, 48, 1<<20) }) // within S4LRU's first segment
 }
@@ -245,6 +287,12 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 	cfg := edgecache.Config{DiskDir: b.TempDir()}
 	if os.Getenv("EDGECACHE_BENCH_NO_DISK") != "" {
 		cfg.DiskDir = "" // hits written from the memory tier
+	}
+	if os.Getenv("EDGECACHE_BENCH_NO_HIT_PATH") != "" {
+		cfg.NoHitPath = true // every request through net/http
+	}
+	if v := os.Getenv("EDGECACHE_BENCH_SENDFILE_MIN"); v != "" {
+		cfg.SendfileMinBytes, _ = strconv.ParseInt(v, 10, 64) // where sendfile starts
 	}
 	e := startEdge(b, "edge-a-1", cfg, edgecache.Deps{Store: st})
 	ngx, ngxCPU := startNginx(b, root)

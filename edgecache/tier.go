@@ -32,6 +32,11 @@ type object struct {
 type objectHeaders struct {
 	contentType, etag, contentLength []string
 	lastModified                     []string // nil when modTime is zero
+
+	// wire is the same header lines as the hit path writes them
+	// (hitpath.go): Content-Length, Content-Type, Content-Disposition when
+	// safeHeaders sets it, Etag, Last-Modified.
+	wire []byte
 }
 
 func (o *object) headers() *objectHeaders {
@@ -44,6 +49,16 @@ func (o *object) headers() *objectHeaders {
 		if !o.modTime.IsZero() {
 			o.hdr.lastModified = []string{o.modTime.UTC().Format(http.TimeFormat)}
 		}
+		w := append([]byte("Content-Length: "), o.hdr.contentLength[0]...)
+		w = append(append(w, "\r\nContent-Type: "...), o.contentType...)
+		if attachment(o.contentType) {
+			w = append(w, "\r\nContent-Disposition: attachment"...)
+		}
+		w = append(append(w, "\r\nEtag: "...), o.etag...)
+		if o.hdr.lastModified != nil {
+			w = append(append(w, "\r\nLast-Modified: "...), o.hdr.lastModified[0]...)
+		}
+		o.hdr.wire = append(w, "\r\n"...)
 	})
 	return &o.hdr
 }

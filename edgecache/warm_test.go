@@ -60,7 +60,7 @@ func testWarmDiskAfterRestart(t *testing.T, size int) {
 	st := newStore(t)
 	dir := t.TempDir()
 	// Memory is tiny, so every hit after the restart comes from disk.
-	cfg := edgecache.Config{CapacityBytes: 4096, DiskDir: dir}
+	cfg := edgecache.Config{CapacityBytes: 4096, DiskDir: dir, SendfileMinBytes: 16 << 10}
 	const n = 6
 	var ids []media.ID
 	for i := range n {

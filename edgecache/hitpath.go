@@ -1,0 +1,653 @@
+package edgecache
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The hit path. Almost every request an edge answers is a plain cached
+// hit: GET or HEAD /m/ID/VARIANT, no Range or conditional header, the
+// object in a tier. For such a hit net/http's per-request machinery (a
+// Request with its header map and URL, a context and a background read
+// per request, the response header map sorted and written, a flush of
+// the header before the body) cost the edge more CPU than nginx spends on
+// the whole request (BENCHMARKS.md, Edge cache 2). So the HTTP listener's
+// connections are served here first: a request's head is read into the
+// connection's buffer and, when it is a plain hit, answered with header
+// bytes made once per object and the body in the same writev (or, for a
+// large object the disk tier holds, the header sent with MSG_MORE and the
+// body by sendfile(2) from the tier's file).
+//
+// At the first request that is anything else (a miss, Range, a
+// conditional header, HTTP/1.0, a body, Expect, Connection other than
+// keep-alive, a header this parser does not take, anything malformed)
+// the connection, with every byte already read, is handed to net/http,
+// which serves it from then on. prepare runs on both paths and changes
+// nothing, so a request given up on is answered exactly as before. What
+// the hit path answers itself besides hits is admission's refusal (429),
+// through writeError like every other error.
+
+// hitHeadBytes is the connection's read buffer: a request head that does
+// not fit goes to net/http (which takes up to 1 MB).
+const hitHeadBytes = 4 << 10
+
+var errHandOff = errors.New("not for the hit path")
+
+// hitServer serves the HTTP listener's connections (see above).
+type hitServer struct {
+	s       *Server
+	lis     net.Listener // the node's counted TCP listener
+	handoff *handoffListener
+	idle    time.Duration // as http.Server.IdleTimeout
+	header  time.Duration // as http.Server.ReadHeaderTimeout
+	date    atomic.Pointer[dateLine]
+	served  atomic.Int64 // requests answered here (tests)
+
+	mu      sync.Mutex // guards conns and closing
+	conns   map[*hitConn]struct{}
+	closing bool
+	wg      sync.WaitGroup
+}
+
+func newHitServer(s *Server, lis net.Listener, idle, header time.Duration) *hitServer {
+	return &hitServer{
+		s: s, lis: lis, idle: idle, header: header,
+		handoff: &handoffListener{addr: lis.Addr(), conns: make(chan net.Conn), done: make(chan struct{})},
+		conns:   map[*hitConn]struct{}{},
+	}
+}
+
+// serve accepts connections until the listener is closed. Accept errors
+// other than a closed listener (out of descriptors) are retried after a
+// pause, as net/http does.
+func (h *hitServer) serve() error {
+	var pause time.Duration
+	for {
+		c, err := h.lis.Accept()
+		if errors.Is(err, net.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			h.s.log.Warn("http accept", "err", err, "retry_in", pause)
+			time.Sleep(pause)
+			continue
+		}
+		pause = 0
+		hc := &hitConn{h: h, c: c, br: bufio.NewReaderSize(c, hitHeadBytes)}
+		hc.rf, _ = c.(io.ReaderFrom)
+		h.mu.Lock()
+		if h.closing {
+			h.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		h.conns[hc] = struct{}{}
+		h.wg.Add(1)
+		h.mu.Unlock()
+		go hc.serve()
+	}
+}
+
+// shutdown stops accepting, closes the connections waiting for a
+// request, and waits until those serving one have finished it (or
+// handed it to net/http), or until ctx is done.
+func (h *hitServer) shutdown(ctx context.Context) error {
+	h.lis.Close()
+	h.mu.Lock()
+	h.closing = true
+	for c := range h.conns {
+		c.c.SetReadDeadline(time.Unix(1, 0)) // a waiting read returns now
+	}
+	h.mu.Unlock()
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// dateLine is the Date header line of one second.
+type dateLine struct {
+	sec  int64
+	line []byte
+}
+
+func (h *hitServer) dateLine(now time.Time) []byte {
+	d := h.date.Load()
+	if d == nil || d.sec != now.Unix() {
+		b := append([]byte("Date: "), now.UTC().Format(http.TimeFormat)...)
+		d = &dateLine{now.Unix(), append(b, "\r\n"...)}
+		h.date.Store(d)
+	}
+	return d.line
+}
+
+// hitConn is one connection while the hit path serves it.
+type hitConn struct {
+	h   *hitServer
+	c   net.Conn      // as accepted (counted by the node)
+	rf  io.ReaderFrom // c's, through which responses go (counted), or nil
+	br  *bufio.Reader // reads c
+	hdr []byte        // the response header being built
+	out hitWrite
+}
+
+func (c *hitConn) serve() {
+	defer c.h.wg.Done()
+	for {
+		c.c.SetReadDeadline(time.Now().Add(c.h.idle))
+		c.h.mu.Lock()
+		closing := c.h.closing
+		c.h.mu.Unlock()
+		if closing {
+			c.drop()
+			return
+		}
+		head, err := c.readHead()
+		if err == nil {
+			err = c.answer(head)
+		}
+		switch {
+		case errors.Is(err, errHandOff):
+			c.handOff()
+			return
+		case err != nil:
+			c.drop()
+			return
+		}
+	}
+}
+
+// readHead waits for a request head (under the idle timeout, then the
+// header timeout once its first bytes are in) and returns it, still
+// unread in the buffer. A head larger than the buffer is errHandOff.
+func (c *hitConn) readHead() ([]byte, error) {
+	if _, err := c.br.Peek(1); err != nil {
+		return nil, err
+	}
+	for seen, timed := 0, false; ; {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		if i := bytes.Index(buf[seen:], crlf2); i >= 0 {
+			return buf[:seen+i+len(crlf2)], nil
+		}
+		if len(buf) >= hitHeadBytes {
+			return nil, errHandOff
+		}
+		seen = max(len(buf)-len(crlf2)+1, 0)
+		if !timed {
+			c.c.SetReadDeadline(time.Now().Add(c.h.header))
+			timed = true
+		}
+		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+var crlf2 = []byte("\r\n\r\n")
+
+// answer answers one request whose head is in the buffer, or returns
+// errHandOff (the head left unread) when it is not a plain cached hit.
+func (c *hitConn) answer(head []byte) error {
+	hr, ok := parseHitHead(head)
+	if !ok {
+		return errHandOff
+	}
+	start := time.Now()
+	s := c.h.s
+	d := download{rest: string(hr.rest), business: string(hr.business), user: string(hr.user)}
+	if hr.query != nil {
+		d.query, _ = url.ParseQuery(string(hr.query)) // as Request.URL.Query
+	}
+	for _, a := range hr.accept[:hr.accepts] {
+		d.accept = append(d.accept, string(a))
+	}
+	rq, signed, err := s.prepare(context.Background(), d)
+	if err != nil {
+		return errHandOff // serveHTTP answers it, the same way
+	}
+	o, tier, ok := s.cachedHit(rq)
+	if !ok {
+		return errHandOff
+	}
+	method := http.MethodGet
+	if hr.head {
+		method = http.MethodHead
+	}
+	c.br.Discard(len(head))
+	if err := s.admit(rq.who.business, rq.who.user); err != nil {
+		rec := newBufferedResponse()
+		writeError(rec, err)
+		s.m.http.done(rec.code, method, start)
+		return c.writeBuffered(rec, start)
+	}
+	s.m.hit(tier)
+	c.h.served.Add(1)
+	n, err := c.writeHit(rq, o, signed, hr.head, start)
+	s.m.bytesHTTP.Add(float64(n))
+	s.m.http.done(http.StatusOK, method, start)
+	return err
+}
+
+// cachedHit returns the representation rq asks for when a tier holds it
+// whole (not a sliced head): what lookup and represent would answer
+// without a fill.
+func (s *Server) cachedHit(rq req) (*object, string, bool) {
+	o, tier, ok := s.cached(rq.base())
+	if !ok || o.sliced {
+		return nil, "", false
+	}
+	if rq.format == FormatJPEG && negotiable(rq.variant) && isHEIF(o.contentType) {
+		if o, tier, ok = s.cached(rq.base() + "@jpeg"); !ok || o.sliced {
+			return nil, "", false
+		}
+	}
+	return o, tier, true
+}
+
+// writeHit writes the response to a hit on o and returns the body bytes
+// written.
+func (c *hitConn) writeHit(rq req, o *object, signed, head bool, now time.Time) (int64, error) {
+	b := append(c.hdr[:0], "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\nCache-Control: "...)
+	if signed {
+		b = append(b, cacheControlPrivate...)
+	} else {
+		b = append(b, cacheControl...)
+	}
+	b = append(b, "\r\n"...)
+	b = append(b, o.headers().wire...)
+	b = append(b, c.h.dateLine(now)...)
+	if negotiable(rq.variant) {
+		b = append(b, "Vary: Accept\r\n"...)
+	}
+	b = append(b, "X-Content-Type-Options: nosniff\r\n\r\n"...)
+	c.hdr = b
+	c.out.hdr, c.out.body, c.out.fd, c.out.sent = b, nil, -1, 0
+	if !head {
+		c.out.body = o.data
+		if f, ok := c.h.s.diskFile(rq, o); ok {
+			defer f.release()
+			c.out.fd = f.fd
+		}
+	}
+	n, err := c.write()
+	return max(n-int64(len(b)), 0), err
+}
+
+// write writes c.out: through the counted connection's ReadFrom, which
+// hands hitWrite.WriteTo the TCP connection.
+func (c *hitConn) write() (int64, error) {
+	if c.rf != nil {
+		return c.rf.ReadFrom(&c.out)
+	}
+	return c.out.WriteTo(c.c)
+}
+
+// writeBuffered writes a response a handler wrote into rec.
+func (c *hitConn) writeBuffered(rec *bufferedResponse, now time.Time) error {
+	b := append(c.hdr[:0], "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(rec.code), 10)
+	b = append(append(append(b, ' '), http.StatusText(rec.code)...), "\r\n"...)
+	rec.h.Set("Content-Length", strconv.Itoa(rec.body.Len()))
+	rec.h["X-Content-Type-Options"] = nosniffValue
+	w := bytes.NewBuffer(b)
+	rec.h.Write(w)
+	w.Write(c.h.dateLine(now))
+	w.WriteString("\r\n")
+	c.hdr = w.Bytes()
+	c.out.hdr, c.out.body, c.out.fd, c.out.sent = c.hdr, rec.body.Bytes(), -1, 0
+	_, err := c.write()
+	return err
+}
+
+// drop closes a connection the hit path is done with.
+func (c *hitConn) drop() {
+	c.h.untrack(c)
+	c.c.Close()
+}
+
+// handOff gives the connection, with what was read of it, to net/http.
+func (c *hitConn) handOff() {
+	c.h.untrack(c)
+	c.c.SetReadDeadline(time.Time{}) // net/http sets its own
+	if !c.h.handoff.give(&handoffConn{Conn: c.c, br: c.br}) {
+		c.c.Close()
+	}
+}
+
+func (h *hitServer) untrack(c *hitConn) {
+	h.mu.Lock()
+	delete(h.conns, c)
+	h.mu.Unlock()
+}
+
+// hitHead is a parsed request head (slices of the connection's buffer).
+type hitHead struct {
+	head           bool // HEAD, else GET
+	rest           []byte
+	query          []byte // nil without '?'
+	business, user []byte // the first of each header
+	accept         [4][]byte
+	accepts        int
+}
+
+// parseHitHead parses a request head the hit path can answer: GET or
+// HEAD of /m/... in HTTP/1.1, with exactly one Host, none of the headers
+// that change the answer or the connection (Range, conditionals, a body,
+// Expect, Upgrade, Connection other than keep-alive), every line well
+// formed. Anything else is not ok: net/http reads it, and answers or
+// refuses it as it always did. Headers it does not name are ignored, as
+// serveHTTP ignores them.
+func parseHitHead(b []byte) (hitHead, bool) {
+	var h hitHead
+	line, b, _ := bytes.Cut(b, crlf)
+	switch {
+	case bytes.HasPrefix(line, []byte("GET /m/")):
+		line = line[len("GET /m/"):]
+	case bytes.HasPrefix(line, []byte("HEAD /m/")):
+		line, h.head = line[len("HEAD /m/"):], true
+	default:
+		return h, false
+	}
+	target, ok := bytes.CutSuffix(line, []byte(" HTTP/1.1"))
+	if !ok {
+		return h, false
+	}
+	path, query, hasQuery := bytes.Cut(target, []byte("?"))
+	if !pathChars.all(path) || hasQuery && !queryChars.all(query) {
+		return h, false
+	}
+	h.rest = path
+	if hasQuery {
+		h.query = query
+	}
+	hosts := 0
+	for {
+		line, b, _ = bytes.Cut(b, crlf)
+		if len(line) == 0 {
+			break // the blank line ending the head
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok || len(name) == 0 || !tokenChars.all(name) {
+			return h, false // also a folded line (leading space)
+		}
+		value = bytes.Trim(value, " \t")
+		if !valueBytes(value) {
+			return h, false
+		}
+		var lower [24]byte
+		if len(name) > len(lower) {
+			continue // none of the names below
+		}
+		for i, c := range name {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			lower[i] = c
+		}
+		switch string(lower[:len(name)]) {
+		case "host":
+			if hosts++; len(value) == 0 || !hostChars.all(value) {
+				return h, false
+			}
+		case "accept":
+			if h.accepts == len(h.accept) {
+				return h, false
+			}
+			h.accept[h.accepts] = value
+			h.accepts++
+		case "willow-business":
+			if h.business == nil {
+				h.business = value
+			}
+		case "willow-user":
+			if h.user == nil {
+				h.user = value
+			}
+		case "connection":
+			if !bytes.EqualFold(value, []byte("keep-alive")) {
+				return h, false
+			}
+		case "range", "if-range", "if-match", "if-none-match", "if-modified-since", "if-unmodified-since",
+			"content-length", "transfer-encoding", "expect", "upgrade", "te", "trailer":
+			return h, false
+		}
+	}
+	return h, hosts == 1
+}
+
+var crlf = []byte("\r\n")
+
+// charset is a set of bytes: letters, digits and some others.
+type charset [256]bool
+
+func newCharset(others string) *charset {
+	var cs charset
+	for c := range 256 {
+		cs[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(others, byte(c)) >= 0
+	}
+	return &cs
+}
+
+// all reports whether every byte of b is in the set.
+func (cs *charset) all(b []byte) bool {
+	for _, c := range b {
+		if !cs[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// The bytes the hit path takes (read-only).
+var (
+	// pathChars: media IDs, variants and '/'; no escapes, so the path is
+	// what net/http's URL.Path would be.
+	pathChars = newCharset("._-/")
+	// queryChars: what a signed URL's query holds (url.QueryEscape).
+	queryChars = newCharset("-._~%=&+")
+	// tokenChars: an HTTP token (RFC 9110 section 5.6.2).
+	tokenChars = newCharset("!#$%&'*+-.^_`|~")
+	// hostChars: a host and optional port, bracketed IPv6 included.
+	hostChars = newCharset(".-_:[]")
+)
+
+// valueBytes: a field value without control characters (HTAB allowed).
+func valueBytes(b []byte) bool {
+	for _, c := range b {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// hitWrite is one response of the hit path: the header, then the body
+// from memory (fd < 0: one writev of both) or from the disk tier's file fd
+// (the header sent with MSG_MORE, so it shares a segment with the body,
+// then sendfile(2)). WriteTo is called by the counted connection's
+// ReadFrom with the TCP connection.
+type hitWrite struct {
+	hdr, body []byte
+	fd        int
+	arr       [2][]byte // vec's array: a writev consumes vec
+	vec       net.Buffers
+	sent      int // of hdr, then of body, by send
+	err       error
+}
+
+// Read reads the response from memory (for a copy that does not use
+// WriteTo).
+func (o *hitWrite) Read(p []byte) (int, error) {
+	n := 0
+	if o.sent < len(o.hdr) {
+		n = copy(p, o.hdr[o.sent:])
+	}
+	if b := o.sent + n - len(o.hdr); b >= 0 {
+		n += copy(p[n:], o.body[b:])
+	}
+	o.sent += n
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// WriteTo writes the response to w: a *net.TCPConn, or any writer (then
+// from memory).
+func (o *hitWrite) WriteTo(w io.Writer) (int64, error) {
+	sc, ok := w.(syscall.Conn)
+	o.sent, o.err = 0, nil
+	if o.fd < 0 || !ok {
+		o.arr = [2][]byte{o.hdr, o.body}
+		o.vec = o.arr[:]
+		return o.vec.WriteTo(w) // writev on a TCP connection
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	if err := rc.Write(o.send); err != nil {
+		return int64(o.sent), err
+	}
+	return int64(o.sent), o.err
+}
+
+// send is rc.Write's function: false means wait until the socket is
+// writable and call again.
+func (o *hitWrite) send(sock uintptr) bool {
+	total := len(o.hdr) + len(o.body)
+	for o.sent < total {
+		var n int
+		var err error
+		if o.sent < len(o.hdr) {
+			n, err = syscall.SendmsgN(int(sock), o.hdr[o.sent:], nil, nil, syscall.MSG_MORE)
+		} else {
+			off := int64(o.sent - len(o.hdr))
+			n, err = syscall.Sendfile(int(sock), o.fd, &off, total-o.sent)
+			if err == nil && n == 0 {
+				o.err = io.ErrUnexpectedEOF // the file is shorter than the object
+				return true
+			}
+		}
+		if n > 0 {
+			o.sent += n
+		}
+		switch err {
+		case nil, syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			o.err = err
+			return true
+		}
+	}
+	return true
+}
+
+// bufferedResponse is an http.ResponseWriter that keeps what a handler
+// writes (writeError's small answers), for the hit path to send.
+type bufferedResponse struct {
+	h    http.Header
+	code int
+	body bytes.Buffer
+}
+
+func newBufferedResponse() *bufferedResponse { return &bufferedResponse{h: http.Header{}} }
+
+func (r *bufferedResponse) Header() http.Header { return r.h }
+
+func (r *bufferedResponse) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+
+func (r *bufferedResponse) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
+}
+
+// handoffListener is the listener net/http serves: the connections the
+// hit path hands over.
+type handoffListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+// give hands c to net/http; false when it no longer serves.
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// handoffConn is a connection handed to net/http: its reads return what
+// the hit path had read first.
+type handoffConn struct {
+	net.Conn
+	mu sync.Mutex // guards br
+	br *bufio.Reader
+}
+
+func (c *handoffConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	br := c.br
+	if br != nil && br.Buffered() == 0 {
+		c.br, br = nil, nil
+	}
+	c.mu.Unlock()
+	if br != nil {
+		return br.Read(p)
+	}
+	return c.Conn.Read(p)
+}
+
+// ReadFrom keeps the connection's ReadFrom (counted, sendfile) for
+// net/http's response.ReadFrom.
+func (c *handoffConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(c.Conn, r)
+}
+
+// NetConn returns the accepted connection (for connContext).
+func (c *handoffConn) NetConn() net.Conn { return c.Conn }

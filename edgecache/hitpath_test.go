@@ -1,0 +1,279 @@
+package edgecache_test
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"willow/edgecache"
+	"willow/media"
+	willowv1 "willow/proto/willow/v1"
+	"willow/shedding"
+)
+
+// rawConn is one client connection written and read byte by byte.
+type rawConn struct {
+	t  *testing.T
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialRaw(t *testing.T, e *edge) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	return &rawConn{t: t, c: c, br: bufio.NewReader(c)}
+}
+
+func (r *rawConn) send(s string) {
+	r.t.Helper()
+	if _, err := io.WriteString(r.c, s); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// read reads one response to a request of method.
+func (r *rawConn) read(method string) (*http.Response, []byte) {
+	r.t.Helper()
+	resp, err := http.ReadResponse(r.br, &http.Request{Method: method})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return resp, b
+}
+
+func rawGet(p string, extra ...string) string {
+	return "GET " + p + " HTTP/1.1\r\nHost: edge\r\n" + strings.Join(extra, "") + "\r\n"
+}
+
+// TestHitPathAnswersAsNetHTTP: a cached hit answered by the hit path has
+// the same status, headers (but Date) and body as net/http's answer (an
+// edge with NoHitPath), for GET and HEAD, from memory and from the disk
+// tier's file, HEIC and JPEG stored, signed-private and not.
+func TestHitPathAnswersAsNetHTTP(t *testing.T) {
+	st := newStore(t)
+	small := put(t, st, media.LocStore, 1, media.VariantMedium, "image/heic", payload(3000, 1))
+	large := put(t, st, media.LocStore, 2, media.VariantRaw, "image/heic", payload(300<<10, 2))
+	other := put(t, st, media.LocStore, 3, media.VariantPoster, "text/html", []byte("<html>not media</html>"))
+	fast := startEdge(t, "edge-a-1", edgecache.Config{DiskDir: t.TempDir()}, edgecache.Deps{Store: st})
+	plain := startEdge(t, "edge-a-1", edgecache.Config{DiskDir: t.TempDir(), NoHitPath: true}, edgecache.Deps{Store: st})
+	for _, p := range []string{path(small, media.VariantMedium), path(large, media.VariantRaw), path(other, media.VariantPoster)} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			var answers [2]*http.Response
+			var bodies [2][]byte
+			for i, e := range []*edge{fast, plain} {
+				get(t, e.url+p, nil) // cached
+				sent, served := edgecache.DiskFilesSent(e.srv), edgecache.HitPathServed(e.srv)
+				c := dialRaw(t, e)
+				for range 2 { // a second request on the same connection
+					c.send(method + strings.TrimPrefix(rawGet(p, "User-Agent: raw\r\n"), "GET"))
+					answers[i], bodies[i] = c.read(method)
+				}
+				if p == path(large, media.VariantRaw) && method == http.MethodGet && edgecache.DiskFilesSent(e.srv)-sent != 2 {
+					t.Errorf("%s %s on edge %d: not sent from the disk file", method, p, i)
+				}
+				if n := edgecache.HitPathServed(e.srv) - served; n != int64(2*(1-i)) {
+					t.Errorf("%s %s on edge %d: %d answered by the hit path, want %d", method, p, i, n, 2*(1-i))
+				}
+			}
+			f, n := answers[0], answers[1]
+			if f.StatusCode != 200 || f.StatusCode != n.StatusCode || !bytes.Equal(bodies[0], bodies[1]) {
+				t.Errorf("%s %s: hit path %d (%d bytes), net/http %d (%d bytes)", method, p, f.StatusCode, len(bodies[0]), n.StatusCode, len(bodies[1]))
+			}
+			if _, err := http.ParseTime(f.Header.Get("Date")); err != nil {
+				t.Errorf("%s %s: Date %q: %v", method, p, f.Header.Get("Date"), err)
+			}
+			f.Header.Del("Date")
+			n.Header.Del("Date")
+			for k, v := range n.Header {
+				if !slices.Equal(f.Header[k], v) {
+					t.Errorf("%s %s: %s: hit path %q, net/http %q", method, p, k, f.Header[k], v)
+				}
+			}
+			for k := range f.Header {
+				if n.Header[k] == nil {
+					t.Errorf("%s %s: hit path sends %s: %q, net/http does not", method, p, k, f.Header[k])
+				}
+			}
+		}
+	}
+}
+
+// TestHitPathHandsOff: on one connection, plain hits are answered by the
+// hit path, and the first request that is anything else (a Range, a
+// conditional, a miss, a malformed request, HTTP/1.0, Connection: close)
+// hands the connection to net/http with the bytes already read
+// (pipelined requests included); net/http answers it and what follows.
+func TestHitPathHandsOff(t *testing.T) {
+	st := newStore(t)
+	data := payload(5000, 5)
+	id := put(t, st, media.LocStore, 1, media.VariantMedium, "image/heic", data)
+	cold := put(t, st, media.LocStore, 2, media.VariantMedium, "image/heic", payload(4000, 6))
+	e := startEdge(t, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	p := path(id, media.VariantMedium)
+	get(t, e.url+p, nil)
+	ok := func(c *rawConn, what string) {
+		t.Helper()
+
+		if resp, b := c.read(http.MethodGet); resp.StatusCode != 200 || !bytes.Equal(b, data) {
+			t.Fatalf("%s: status %d, %d bytes", what, resp.StatusCode, len(b))
+		}
+	}
+	for _, tc := range []struct {
+		name, req string
+		check     func(*http.Response, []byte) bool
+	}{
+		{"range", rawGet(p, "Range: bytes=10-19\r\n"), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 206 && bytes.Equal(b, data[10:20])
+		}},
+		{"if-none-match", rawGet(p, "If-None-Match: "+etagOfHit(t, e, p)+"\r\n"), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 304
+		}},
+		{"miss", rawGet(path(cold, media.VariantMedium)), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 200 && len(b) == 4000
+		}},
+		{"bad id", rawGet("/m/nope/medium"), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 400 && bytes.Contains(b, []byte("bad_id"))
+		}},
+		{"escaped path", rawGet("/m/" + id.String() + "%2Fmedium"), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 200 && bytes.Equal(b, data) // net/http unescapes it
+		}},
+		{"unknown path", rawGet("/x"), func(r *http.Response, b []byte) bool { return r.StatusCode == 404 }},
+		{"post", "POST " + p + " HTTP/1.1\r\nHost: edge\r\nContent-Length: 2\r\n\r\nhi", func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 405
+		}},
+		{"bad format", rawGet(p + "?format=gif"), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 400 && bytes.Contains(b, []byte("bad_format"))
+		}},
+		{"header line without colon", rawGet(p, "Nonsense\r\n"), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 400
+		}},
+		{"two hosts", rawGet(p, "Host: other\r\n"), func(r *http.Response, b []byte) bool { return r.StatusCode == 400 }},
+		{"expect", rawGet(p, "Expect: 100-continue\r\n"), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 200 && bytes.Equal(b, data)
+		}},
+		{"long head", rawGet(p, "X-Pad: "+strings.Repeat("a", 8000)+"\r\n"), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 200 && bytes.Equal(b, data)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			served := edgecache.HitPathServed(e.srv)
+			defer func() {
+				// The two hits before the odd request; net/http the rest.
+				if n := edgecache.HitPathServed(e.srv) - served; n != 2 {
+					t.Errorf("%d requests answered by the hit path, want 2", n)
+				}
+			}()
+			c := dialRaw(t, e)
+			c.send(rawGet(p))
+			ok(c, "first hit")
+			// The odd request pipelined between two hits.
+			c.send(rawGet(p) + tc.req + rawGet(p))
+			ok(c, "second hit")
+			if resp, b := c.read(http.MethodGet); !tc.check(resp, b) {
+				t.Fatalf("status %d, %q", resp.StatusCode, b[:min(len(b), 200)])
+			} else if resp.Close {
+				return // net/http closes after a malformed request
+			}
+			ok(c, "hit after it (net/http)")
+			c.send(rawGet(p))
+			ok(c, "later hit")
+		})
+	}
+	t.Run("http/1.0 and connection close", func(t *testing.T) {
+		for _, req := range []string{"GET " + p + " HTTP/1.0\r\n\r\n", rawGet(p, "Connection: close\r\n")} {
+			c := dialRaw(t, e)
+			c.send(req)
+			ok(c, req)
+			if n, err := c.br.Read(make([]byte, 1)); err != io.EOF {
+				t.Errorf("%q: connection still open (%d, %v)", req, n, err)
+			}
+		}
+	})
+	t.Run("head in pieces", func(t *testing.T) {
+		c := dialRaw(t, e)
+		req := rawGet(p, "Willow-User: u1\r\n")
+		for i := 0; i < len(req); i += 7 {
+			c.send(req[i:min(i+7, len(req))])
+			time.Sleep(time.Millisecond)
+		}
+		ok(c, "hit sent in pieces")
+	})
+}
+
+// etagOfHit returns the ETag the edge serves p with.
+func etagOfHit(t *testing.T, e *edge, p string) string {
+	t.Helper()
+	resp, _ := get(t, e.url+p, nil)
+	return resp.Header.Get("ETag")
+}
+
+// TestHitPathShed: a cached object under shed_ratio 1 is refused by the
+// hit path as serveHTTP refuses it (429, Retry-After, the reason in the
+// JSON body), and the connection stays open.
+func TestHitPathShed(t *testing.T) {
+	st := newStore(t)
+	id := put(t, st, media.LocStore, 1, media.VariantThumb, "image/heic", payload(100, 8))
+	e := startEdge(t, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	p := path(id, media.VariantThumb)
+	get(t, e.url+p, nil)
+	e.node.ApplyFlex(&willowv1.FlexState{Version: 1, Knobs: map[string]string{"shed_ratio.moments": "1"}})
+	c := dialRaw(t, e)
+	for i := range 2 {
+		c.send(rawGet(p))
+		resp, b := c.read(http.MethodGet)
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !bytes.Contains(b, []byte(shedding.ReasonShedRatio)) ||
+			resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("request %d: %d %v %s", i, resp.StatusCode, resp.Header, b)
+		}
+	}
+	c.send(rawGet(p + "?b=ads"))
+	if resp, _ := c.read(http.MethodGet); resp.StatusCode != 200 {
+		t.Fatalf("other business: %d", resp.StatusCode)
+	}
+	if n := counterValue(t, e.node, "willow_edgecache_shed_total", "moments"); n != 2 {
+		t.Errorf("shed_total{moments} %v, want 2 (each refusal counted once)", n)
+	}
+}
+
+// TestHitPathStops: an edge stops with idle keep-alive connections of the
+// hit path open, and closes them.
+func TestHitPathStops(t *testing.T) {
+	st := newStore(t)
+	id := put(t, st, media.LocStore, 1, media.VariantThumb, "image/heic", payload(100, 8))
+	e, stop := runEdge(t, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	p := path(id, media.VariantThumb)
+	c := dialRaw(t, e)
+	for range 2 { // a miss (net/http) on one connection, a hit on the other
+		c.send(rawGet(p))
+		c.read(http.MethodGet)
+		c = dialRaw(t, e)
+	}
+	c.send(rawGet(p))
+	c.read(http.MethodGet)
+	done := make(chan struct{})
+	go func() { stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("edge did not stop with idle connections open")
+	}
+	if _, err := c.br.ReadByte(); err != io.EOF {
+		t.Errorf("idle hit-path connection after stop: %v, want EOF", err)
+	}
+}
