@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,5 +82,50 @@ func TestKeyPrefixWithBraces(t *testing.T) {
 	defer rdb.Close()
 	if _, err := timeline.New(timeline.Config{KeyPrefix: "{tl}:"}, timeline.Deps{Node: n, Redis: rdb}); err == nil {
 		t.Error("a KeyPrefix holding braces was accepted")
+	}
+}
+
+// TestClusterStaleSlotMap: when the publish groups users by a slot map
+// that is wrong (here: every slot on one master, as after a resharding
+// the client has not seen), each per-master script fails at a key its
+// node does not hold, and the publish redoes those users one slot a
+// script: every follower still gets each post once, held or delivered,
+// and the release delivers them in order.
+func TestClusterStaleSlotMap(t *testing.T) {
+	rc := testenv.SharedRedisCluster(t)
+	rdb := rc.Client(t)
+	v := start(t, rdb, timeline.Config{FanoutBatch: 16, ReleaseBatch: 16})
+	var failed atomic.Int64
+	timeline.SetNodeOf(v.s, func(context.Context, string) string { failed.Add(1); return "one" })
+	const n = 90
+	followers := make([]string, n)
+	for i := range followers {
+		followers[i] = fmt.Sprintf("s%d", i)
+		follow(t, v.c, followers[i], "star")
+	}
+	v.knobs(0.5, 0)
+	r1 := publish(t, v.c, "star", "p1")
+	if got := r1.GetDelivered() + r1.GetHeld(); got != n+1 || r1.GetHeld() == 0 {
+		t.Fatalf("p1: %v, want %d in all, some held", r1, n+1)
+	}
+	if failed.Load() == 0 {
+		t.Fatal("the slot map was not asked")
+	}
+	// The same post again (its record lost its outcome: a retry) finds
+	// everything done.
+	if err := rdb.HDel(ctxT(t), "willow:tl:p:star p1", "done").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := publish(t, v.c, "star", "p1"); r.GetDelivered() != r1.GetDelivered() || r.GetHeld() != r1.GetHeld() {
+		t.Fatalf("retried p1: %v, first %v", r, r1)
+	}
+	v.knobs(0, 0)
+	publish(t, v.c, "star", "p2")
+	v.knobs(0, 1000)
+	waitDrained(t, v.c, 10*time.Second)
+	for _, f := range followers {
+		if items, _ := pollAll(t, v.c, f, "", 10); fmt.Sprint(posts(items)) != "[star/p1 star/p2]" {
+			t.Errorf("%s sees %s", f, posts(items))
+		}
 	}
 }

@@ -14,58 +14,86 @@ type target struct {
 	mode string  // publishScript's: "a" author, "d" deliver, "h" hold
 }
 
-// deliver delivers or holds post r (posted at posted, ms) for targets:
-// one publishScript per slot's users (at most FanoutBatch a script), all
-// in one pipeline; then it adds the users now holding it to the shared
-// held index. It returns the delivered and held counts, repeats
-// included.
+// deliver delivers or holds post r (posted at posted, ms; fresh: the
+// post record was new, see publishScript) for targets: one
+// publishScript per slot's users (at most FanoutBatch a script), or on a
+// Redis Cluster one nodeScript per master's users, all in one pipeline;
+// then it adds the users now holding it to the shared held index. It
+// returns the delivered and held counts, repeats included.
 //
 // The index is written after the held sets, never before: a release that
 // empties a user's held set drops the user from the index and then looks
 // at the held set again (Server.reindex), so a post held in between is
 // seen by one of the two. A publish that fails between the two steps
 // returns an error; its retry indexes the user again.
-func (s *Server) deliver(ctx context.Context, r string, posted int64, ts []target) (delivered, held int, err error) {
-	var calls []scriptCall
-	var who [][]int // indices into ts, per call
-	floor := s.seqFloor()
-	for _, idx := range s.bySlot(len(ts), func(i int) string { return ts[i].user }) {
-		seq := s.seq(s.slotOf(ts[idx[0]].user))
-		for len(idx) > 0 {
-			n := min(len(idx), s.cfg.FanoutBatch)
-			chunk := idx[:n]
-			idx = idx[n:]
-			c := scriptCall{keys: make([]string, 0, 1+2*n), args: make([]any, 0, 3+n)}
-			c.keys = append(c.keys, seq)
-			c.args = append(c.args, r, s.cfg.MaxInbox, floor)
-			for _, i := range chunk {
-				c.keys = append(c.keys, s.rk.inbox(ts[i].user), s.rk.held(ts[i].user))
-				c.args = append(c.args, ts[i].mode)
-			}
-			calls = append(calls, c)
-			who = append(who, chunk)
+func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool, ts []target) (delivered, held int, err error) {
+	first := "0"
+	if fresh {
+		first = "1"
+	}
+	groups := s.groups(ts)
+	calls, who := s.nodeCalls(ctx, r, first, groups, ts)
+	sc := nodeScript
+	if calls == nil {
+		sc = publishScript
+		for _, g := range groups {
+			calls = append(calls, s.slotCall(r, first, g, ts))
+			who = append(who, g.users)
 		}
 	}
-	cmds, err := s.runScripts(ctx, publishScript, calls)
+	cmds, err := s.runScripts(ctx, sc, calls)
+	if sc == nodeScript {
+		// A slot moved: send the users a call did not reach one slot a
+		// script (all of them, fresh or not, when the call failed).
+		err = nil
+		for c, cmd := range cmds {
+			done, cerr := cmd.Text()
+			if cerr == nil && len(done) >= len(who[c]) {
+				continue
+			}
+			redoFirst := first
+			if cerr != nil {
+				done, redoFirst = "", "0"
+			}
+			gs := s.groups(ts, who[c][len(done):]...)
+			var redo []scriptCall
+			users := who[c][:len(done):len(done)]
+			for _, g := range gs {
+				redo = append(redo, s.slotCall(r, redoFirst, g, ts))
+				users = append(users, g.users...)
+			}
+			again, rerr := s.runScripts(ctx, publishScript, redo)
+			if rerr != nil {
+				return 0, 0, rerr
+			}
+			codes := []byte(done)
+			for _, a := range again {
+				t, _ := a.Text()
+				codes = append(codes, t...)
+			}
+			cmds[c] = redis.NewCmdResult(string(codes), nil)
+			who[c] = users
+		}
+	}
 	if err != nil {
 		return 0, 0, err
 	}
 	var units, ages []redis.Z
 	newHeld := 0
 	for c, cmd := range cmds {
-		codes, err := cmd.Int64Slice()
+		codes, err := cmd.Text()
 		if err != nil || len(codes) != len(who[c]) {
 			return 0, 0, fmt.Errorf("publish script: %d codes for %d users: %v", len(codes), len(who[c]), err)
 		}
-		for j, code := range codes {
+		for j, code := range []byte(codes) {
 			t := ts[who[c][j]]
 			switch code {
-			case 0, 1:
+			case '0', '1':
 				delivered++
-			case 2:
+			case '2':
 				newHeld++
 				fallthrough
-			case 3:
+			case '3':
 				held++
 				units = append(units, redis.Z{Score: t.unit, Member: t.user})
 				ages = append(ages, redis.Z{Score: float64(posted), Member: t.user})
@@ -87,19 +115,115 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, ts []targe
 	return delivered, held, nil
 }
 
-// bySlot groups the n users user(0..n-1) by slotOf, in order of first
-// appearance, as index lists.
-func (s *Server) bySlot(n int, user func(int) string) [][]int {
-	if !s.cluster {
-		all := make([]int, n)
-		for i := range all {
-			all[i] = i
+// group is one script's worth of one slot's users: the slot's sequence
+// counter and the users (indices into the targets), held users last.
+type group struct {
+	seq   string
+	users []int
+}
+
+// groups splits ts (or the targets only, when given) by slot, in order of
+// first appearance, into groups of at most FanoutBatch users.
+func (s *Server) groups(ts []target, only ...int) []group {
+	idx := only
+	if idx == nil {
+		idx = make([]int, len(ts))
+		for i := range idx {
+			idx[i] = i
 		}
-		return [][]int{all}
+	}
+	var gs []group
+	for _, in := range s.bySlot(idx, func(i int) string { return ts[i].user }) {
+		seq := s.seq(s.slotOf(ts[in[0]].user))
+		for len(in) > 0 {
+			n := min(len(in), s.cfg.FanoutBatch)
+			g := group{seq: seq, users: make([]int, 0, n)}
+			for _, i := range in[:n] {
+				if ts[i].mode != "h" {
+					g.users = append(g.users, i)
+				}
+			}
+			for _, i := range in[:n] {
+				if ts[i].mode == "h" {
+					g.users = append(g.users, i)
+				}
+			}
+			gs = append(gs, g)
+			in = in[n:]
+		}
+	}
+	return gs
+}
+
+// appendGroup appends g's counter, modes, inboxes and held keys, as
+// deliverGroup reads them, to args.
+func (s *Server) appendGroup(args []any, g group, ts []target) []any {
+	modes := make([]byte, len(g.users))
+	for j, i := range g.users {
+		modes[j] = ts[i].mode[0]
+	}
+	args = append(args, g.seq, string(modes))
+	for _, i := range g.users {
+		args = append(args, s.rk.inbox(ts[i].user))
+	}
+	for _, i := range g.users {
+		args = append(args, s.rk.held(ts[i].user))
+	}
+	return args
+}
+
+// slotCall is publishScript's call for g.
+func (s *Server) slotCall(r, first string, g group, ts []target) scriptCall {
+	kv := s.appendGroup(make([]any, 0, 2+2*len(g.users)), g, ts)
+	keys := make([]string, 0, len(kv)-1)
+	keys = append(keys, g.seq)
+	for _, k := range kv[2:] {
+		keys = append(keys, k.(string))
+	}
+	return scriptCall{keys: keys, args: []any{r, s.cfg.MaxInbox, s.seqFloor(), kv[1], first}}
+}
+
+// nodeCalls groups the groups by the master serving their slot (on a
+// Redis Cluster; nil elsewhere) into nodeScript calls of about
+// FanoutBatch users each, and returns them with their users in order.
+func (s *Server) nodeCalls(ctx context.Context, r, first string, groups []group, ts []target) ([]scriptCall, [][]int) {
+	if s.nodeOf == nil {
+		return nil, nil
+	}
+	var calls []scriptCall
+	var who [][]int
+	open := map[string]int{} // node -> its call being filled
+	floor := s.seqFloor()
+	for _, g := range groups {
+		node := s.nodeOf(ctx, g.seq)
+		if node == "" {
+			return nil, nil
+		}
+		c, ok := open[node]
+		if !ok {
+			c = len(calls)
+			open[node] = c
+			calls = append(calls, scriptCall{keys: []string{g.seq}, args: []any{r, s.cfg.MaxInbox, floor, first}})
+			who = append(who, nil)
+		}
+		calls[c].args = s.appendGroup(calls[c].args, g, ts)
+		who[c] = append(who[c], g.users...)
+		if len(who[c]) >= s.cfg.FanoutBatch {
+			delete(open, node)
+		}
+	}
+	return calls, who
+}
+
+// bySlot groups the users user(i), i in idx, by slotOf, in order of
+// first appearance, as index lists.
+func (s *Server) bySlot(idx []int, user func(int) string) [][]int {
+	if !s.cluster {
+		return [][]int{idx}
 	}
 	at := map[int]int{}
 	var groups [][]int
-	for i := range n {
+	for _, i := range idx {
 		sl := s.slotOf(user(i))
 		g, ok := at[sl]
 		if !ok {

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -97,32 +99,65 @@ func usedMemory(ctx context.Context, c redis.UniversalClient) int64 {
 	return read(c.(*redis.Client))
 }
 
-// redisCPU sums INFO commandstats usec (the server's time inside
-// commands) over the server or every master, in microseconds.
-func redisCPU(ctx context.Context, c redis.UniversalClient) int64 {
-	read := func(cl *redis.Client) int64 {
+// cmdStat is one command's INFO commandstats line: calls and usec.
+type cmdStat struct{ calls, usec int64 }
+
+// redisCommands sums INFO commandstats per command over the server or
+// every master (INFO itself left out): inner calls of scripts count as
+// their command, and EVALSHA's usec holds them.
+func redisCommands(ctx context.Context, c redis.UniversalClient) map[string]cmdStat {
+	var mu sync.Mutex
+	out := map[string]cmdStat{}
+	read := func(cl *redis.Client) {
 		s, _ := cl.Info(ctx, "commandstats").Result()
-		var sum int64
 		for _, l := range strings.Split(s, "\r\n") {
-			_, stats, ok := strings.Cut(l, ":")
-			if !ok || !strings.HasPrefix(l, "cmdstat_") || strings.HasPrefix(l, "cmdstat_info:") {
+			name, stats, ok := strings.Cut(strings.TrimPrefix(l, "cmdstat_"), ":")
+			if !ok || !strings.HasPrefix(l, "cmdstat_") || name == "info" {
 				continue
 			}
+			var st cmdStat
 			for _, kv := range strings.Split(stats, ",") {
 				if v, ok := strings.CutPrefix(kv, "usec="); ok {
-					n, _ := strconv.ParseInt(v, 10, 64)
-					sum += n
+					st.usec, _ = strconv.ParseInt(v, 10, 64)
+				} else if v, ok := strings.CutPrefix(kv, "calls="); ok {
+					st.calls, _ = strconv.ParseInt(v, 10, 64)
 				}
 			}
+			mu.Lock()
+			o := out[name]
+			out[name] = cmdStat{o.calls + st.calls, o.usec + st.usec}
+			mu.Unlock()
 		}
-		return sum
 	}
 	if cc, ok := c.(*redis.ClusterClient); ok {
-		var sum atomic.Int64
-		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { sum.Add(read(m)); return nil })
-		return sum.Load()
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { read(m); return nil })
+	} else {
+		read(c.(*redis.Client))
 	}
-	return read(c.(*redis.Client))
+	return out
+}
+
+// redisCPU sums INFO cpu (used_cpu_user + used_cpu_sys: the whole
+// redis-server process, commands, scripts, network and event loop) over
+// the server or every master, in microseconds.
+func redisCPU(ctx context.Context, c redis.UniversalClient) int64 {
+	var sum atomic.Int64
+	read := func(cl *redis.Client) {
+		s, _ := cl.Info(ctx, "cpu").Result()
+		for _, l := range strings.Split(s, "\r\n") {
+			k, v, _ := strings.Cut(l, ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, _ := strconv.ParseFloat(v, 64)
+				sum.Add(int64(f * 1e6))
+			}
+		}
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { read(m); return nil })
+	} else {
+		read(c.(*redis.Client))
+	}
+	return sum.Load()
 }
 
 // processCPU is this process's user+system CPU time: the timeline
@@ -172,7 +207,7 @@ func addFollowers(b *testing.B, rdb redis.UniversalClient, author string, f int)
 // delay ratio 0 and 0.5 (release paused), on one redis-server and on a
 // real 3-master Redis Cluster, over gRPC. Reported per publish: p50/p99
 // latency, Redis round trips and bytes, items held, Redis memory growth,
-// and CPU: Redis's time inside commands and this process's (the service
+// and CPU: the redis-server processes' (INFO cpu) and this process's (the service
 // and its client), which a loaded machine inflates less than latency. make bench-timeline runs it.
 func BenchmarkTimelineFanout(b *testing.B) {
 	for _, kind := range testenv.RedisKinds {
@@ -191,6 +226,7 @@ func BenchmarkTimelineFanout(b *testing.B) {
 					}
 					mem0 := usedMemory(ctx, rdb)
 					trips0, bytes0 := m.trips.Load(), m.bytes.Load()
+					cmds0 := redisCommands(ctx, rdb)
 					rcpu0, gcpu0 := redisCPU(ctx, rdb), processCPU()
 					lat := make([]time.Duration, 0, b.N)
 					held := 0
@@ -206,6 +242,20 @@ func BenchmarkTimelineFanout(b *testing.B) {
 					}
 					b.StopTimer()
 					rcpu, gcpu := redisCPU(ctx, rdb)-rcpu0, processCPU()-gcpu0
+					var calls int64
+					var per []string
+					for name, st := range redisCommands(ctx, rdb) {
+						st.calls -= cmds0[name].calls
+						st.usec -= cmds0[name].usec
+						calls += st.calls
+						if st.calls > 0 {
+							per = append(per, fmt.Sprintf("%s %.0f calls %.2f ms", name, float64(st.calls)/float64(b.N), float64(st.usec)/float64(b.N)/1000))
+						}
+					}
+					if os.Getenv("WILLOW_TL_COMMANDSTATS") != "" {
+						slices.Sort(per)
+						b.Logf("per publish (INFO commandstats; a script's usec includes its inner calls'): %s", strings.Join(per, "; "))
+					}
 					slices.Sort(lat)
 					q := func(p float64) float64 {
 						return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
@@ -218,6 +268,7 @@ func BenchmarkTimelineFanout(b *testing.B) {
 					b.ReportMetric(float64(held)/n, "held/op")
 					b.ReportMetric(float64(usedMemory(ctx, rdb)-mem0)/n/1024, "memKB/op")
 					b.ReportMetric(float64(rcpu)/n/1000, "redis-cpu-ms/op")
+					b.ReportMetric(float64(calls)/n, "redis-cmds/op")
 					b.ReportMetric(float64(gcpu.Microseconds())/n/1000, "go-cpu-ms/op")
 				})
 			}

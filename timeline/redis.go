@@ -96,6 +96,28 @@ func slotTag(slot int) string { return slotTags()[slot] }
 // before the counter.
 func (s *Server) seqFloor() int64 { return s.now().UnixMicro() }
 
+// slotOwner is the part of *redis.ClusterClient that tells which master
+// serves a key's slot (from its slot map, no round trip).
+type slotOwner interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
+// nodeOfFunc returns Server.nodeOf for rdb: the address of the master
+// serving a key, or nil when rdb is not a Redis Cluster client.
+func nodeOfFunc(rdb Redis) func(ctx context.Context, key string) string {
+	so, ok := rdb.(slotOwner)
+	if !ok || !redisconn.IsCluster(rdb) {
+		return nil
+	}
+	return func(ctx context.Context, key string) string {
+		c, err := so.MasterForKey(ctx, key)
+		if err != nil {
+			return ""
+		}
+		return c.Options().Addr
+	}
+}
+
 // slotOf groups users whose keys may share one script: by cluster slot on
 // a Redis Cluster, all together on one server.
 func (s *Server) slotOf(user string) int {
@@ -112,7 +134,8 @@ type scriptCall struct {
 }
 
 // runScripts runs sc once per call in one pipeline (on a cluster, one
-// per master, in parallel) and returns the results in order. Calls that
+// per master, in parallel) and returns the results in order, and the
+// first call's error if any failed (the results then say which). Calls that
 // find the script missing on their node (NOSCRIPT: a restarted or new
 // node) are sent again with the script's body.
 func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
@@ -147,7 +170,7 @@ func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scrip
 	}
 	for _, c := range cmds {
 		if err := c.Err(); err != nil {
-			return nil, err
+			return cmds, err
 		}
 	}
 	return cmds, nil

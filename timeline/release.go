@@ -119,7 +119,11 @@ func (s *Server) move(ctx context.Context, users []string, budget int) (int, err
 			return q
 		}
 		floor := s.seqFloor()
-		for _, idx := range s.bySlot(len(users), func(i int) string { return users[i] }) {
+		all := make([]int, len(users))
+		for i := range all {
+			all[i] = i
+		}
+		for _, idx := range s.bySlot(all, func(i int) string { return users[i] }) {
 			seq := s.seq(s.slotOf(users[idx[0]]))
 			for len(idx) > 0 {
 				n := min(len(idx), s.cfg.FanoutBatch)

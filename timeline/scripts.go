@@ -12,25 +12,122 @@ import "github.com/redis/go-redis/v9"
 
 // publishScript delivers or holds one post for a batch of users.
 //
-// KEYS: the slot's sequence counter, then inbox, held for each user.
-// ARGV: ref ("AUTHOR POST"), max inbox, the sequence floor (the caller's
-// clock in µs), then one mode per user: "a" the author (always
-// delivered), "d" deliver (unless the user has a backlog), "h" hold.
-// Returns one code per user: 0 delivered, 1 already delivered, 2 held, 3
-// already held.
+// KEYS: the slot's sequence counter, then the n users' inboxes, then
+// their held sets (in the same order). ARGV: ref ("AUTHOR POST"), max
+// inbox, the sequence floor (the caller's clock in µs), the users' modes
+// as one string of n letters: "a" the author (always delivered), "d"
+// deliver (unless the user has a backlog), "h" hold; the users to hold
+// come last. ARGV[5] "1": a first publish (the post record was new), so
+// no user's inbox can hold the post yet and a held user's inbox is not
+// asked. Returns one digit per user, as one string: 0 delivered, 1
+// already delivered, 2 held, 3 already held.
 //
 // It is the publish's cost per follower, so it issues as few commands as
-// it can. Every item it adds, to an inbox or a held set, gets one score:
-// the slot's next sequence number (nextSeq), so no user's set is read
-// for its newest score. The backlog check (EXISTS on the held keys) goes
-// 50 users at a time, and only a group with some backlog asks each
-// user. So a follower without a backlog (the common case) costs one
-// ZADD NX (which also tells a repeat); a held one ZSCORE (already
-// delivered?) and ZADD NX. The inbox is trimmed to max inbox on about
-// one delivery in 16 ((seq + i) % 16 == 0), so it runs a few items over
-// between trims. A user holding items gets new ones held too, so posts
-// reach the inbox in publish order.
-var publishScript = redis.NewScript(nextSeq + publishSrc)
+// it can, and its arguments and reply are a few bytes a user. Every item
+// it adds, to an inbox or a held set, gets one score: the slot's next
+// sequence number (one INCR of the counter a script), so no user's set
+// is read for its newest score. The backlog check (EXISTS on the held
+// keys) goes 50 users at a time over the users not held (contiguous
+// keys), and only a group with some backlog asks each user. So a
+// follower without a backlog (the common case) costs one ZADD NX (which
+// also tells a repeat); a held one ZADD NX to its held set (and, on a
+// retried publish, a ZSCORE of its inbox first). The inbox is trimmed to
+// max inbox on about one delivery in 16 ((seq + i) % 16 == 0), so it
+// runs a few items over between trims. A user holding items gets new
+// ones held too, so posts reach the inbox in publish order.
+var publishScript = redis.NewScript(deliverGroup + `
+local out = {}
+local err = deliverGroup(KEYS, 1, 1, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', out)
+if err then return err end
+return table.concat(out)
+`)
+
+// nodeScript is publishScript for the users of many slots served by one
+// Redis Cluster master: one call a node instead of one a slot (5000
+// followers fall into ~4300 slots, so a script a slot carried ~1.2 users
+// and paid a script call's overhead for each). Redis refuses a declared
+// key list that spans slots, so only KEYS[1] (the first group's counter)
+// is declared, to route the call; the script reaches the other keys
+// undeclared, which a script without flags may do for keys of its own
+// node, one slot per command. Where a slot has moved (resharding, a stale
+// slot map) the first command on it, the slot's counter INCR, fails
+// before anything of that slot is written; the script stops there and
+// returns the codes of the users before, and the caller sends the rest
+// one slot a script (Server.deliver). Should a later command fail (a
+// slot migrating key by key), the whole call fails and the caller redoes
+// all its users one slot a script: the commands are idempotent (ZADD NX),
+// so what ran before is found as already done, and only the held count
+// may come out short by those users (see the package doc).
+//
+// KEYS: one counter (routing only). ARGV: ref, max inbox, floor, fresh
+// (as publishScript's), then for each slot's users: the slot's counter,
+// their modes (as publishScript's, held users last), their inboxes,
+// their held sets. Returns one digit per user, in ARGV order, up to the
+// first slot it could not reach.
+var nodeScript = redis.NewScript(deliverGroup + `
+local ref, maxInbox, floor, fresh = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
+local out = {}
+local at = 5
+while at <= #ARGV do
+  local n = #ARGV[at + 1]
+  if deliverGroup(ARGV, at, at + 1, ARGV[at + 1], ref, maxInbox, floor, fresh, out) then break end
+  at = at + 2 + 2 * n
+end
+return table.concat(out)
+`)
+
+// deliverGroup is the body of publishScript and nodeScript: one slot's
+// users. keys[k] is the slot's counter, keys[ib+i] user i's inbox,
+// keys[ib+n+i] their held set (n = #modes). It appends one code a user
+// to out and returns nil, or the error of the counter's INCR (the first
+// command on the slot) having written nothing.
+const deliverGroup = `
+local function deliverGroup(keys, k, ib, modes, ref, maxInbox, floor, fresh, out)
+  local seq = redis.pcall('INCR', keys[k])
+  if type(seq) == 'table' then return seq end
+  if seq == 1 then
+    seq = floor
+    redis.call('SET', keys[k], seq)
+  end
+  local n = #modes
+  local byte = string.byte
+  local nd = (string.find(modes, 'h', 1, true) or (n + 1)) - 1
+  local hb = ib + n
+  local backlog = {}
+  for a = 1, nd, 50 do
+    local b = math.min(a + 49, nd)
+    if redis.call('EXISTS', unpack(keys, hb + a, hb + b)) > 0 then
+      if a == b then
+        backlog[a] = true
+      else
+        for j = a, b do backlog[j] = redis.call('EXISTS', keys[hb + j]) == 1 end
+      end
+    end
+  end
+  for i = 1, n do
+    local inbox, m, c = keys[ib + i], byte(modes, i)
+    if m ~= 104 and not (backlog[i] and (m ~= 97 or redis.call('ZSCORE', keys[hb + i], ref))) then
+      if redis.call('ZADD', inbox, 'NX', seq, ref) == 0 then
+        c = '1'
+      else
+        if maxInbox > 0 and (seq + i) % 16 == 0 then
+          redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1))
+        end
+        c = '0'
+      end
+    elseif m == 97 then
+      c = '3'
+    elseif not fresh and redis.call('ZSCORE', inbox, ref) then
+      c = '1'
+    elseif redis.call('ZADD', keys[hb + i], 'NX', seq, ref) == 0 then
+      c = '3'
+    else
+      c = '2'
+    end
+    out[#out + 1] = c
+  end
+end
+`
 
 // nextSeq starts every script that makes items visible or holds them:
 // seq is one more than the slot's counter KEYS[1], which the script
@@ -41,57 +138,14 @@ var publishScript = redis.NewScript(nextSeq + publishSrc)
 // counters existed (one more than the inbox's newest), and above
 // anything a lost (evicted) counter handed out, since a counter grows by
 // one a script and a slot runs far fewer than one script a µs.
+// (publishScript does the same with one INCR: a counter that answers 1
+// was missing.)
 const nextSeq = `
 local function nextSeq(floor)
   local c = tonumber(redis.call('GET', KEYS[1]))
   if c then return c + 1 end
   return floor
 end
-`
-
-const publishSrc = `
-local ref, maxInbox = ARGV[1], tonumber(ARGV[2])
-local seq = nextSeq(tonumber(ARGV[3]))
-redis.call('SET', KEYS[1], seq)
-local n = (#KEYS - 1) / 2
-local backlog = {}
-local i = 1
-while i <= n do
-  local hks, idx = {}, {}
-  while i <= n and #hks < 50 do
-    if ARGV[3 + i] ~= 'h' then
-      hks[#hks + 1] = KEYS[2 * i + 1]
-      idx[#idx + 1] = i
-    end
-    i = i + 1
-  end
-  if #hks > 0 and redis.call('EXISTS', unpack(hks)) > 0 then
-    for _, j in ipairs(idx) do backlog[j] = redis.call('EXISTS', KEYS[2 * j + 1]) == 1 end
-  end
-end
-local out = {}
-for i = 1, n do
-  local inbox, hk, mode = KEYS[2 * i], KEYS[2 * i + 1], ARGV[3 + i]
-  if mode == 'a' or (mode == 'd' and not backlog[i]) then
-    if backlog[i] and redis.call('ZSCORE', hk, ref) then
-      out[i] = 3
-    elseif redis.call('ZADD', inbox, 'NX', seq, ref) == 0 then
-      out[i] = 1
-    else
-      if maxInbox > 0 and (seq + i) % 16 == 0 then
-        redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1))
-      end
-      out[i] = 0
-    end
-  elseif redis.call('ZSCORE', inbox, ref) then
-    out[i] = 1
-  elseif redis.call('ZADD', hk, 'NX', seq, ref) == 0 then
-    out[i] = 3
-  else
-    out[i] = 2
-  end
-end
-return out
 `
 
 // takeScript starts a release step: it finds users no longer delayed who

@@ -89,3 +89,43 @@ func TestBacklogAmongMany(t *testing.T) {
 		}
 	})
 }
+
+// TestRetriedPublishAfterRatioChange: a publish that died after
+// delivering to some followers (its post record left without an
+// outcome) is retried after the delay ratio rose to 1. The followers it
+// reached keep their one item (not held again); the others are held, and
+// after the release everyone sees the post once. A first publish skips
+// that inbox check (publishScript's fresh flag); a retry must not.
+func TestRetriedPublishAfterRatioChange(t *testing.T) {
+	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
+		rdb := rt.Client(t)
+		v := start(t, rdb, timeline.Config{})
+		ctx := ctxT(t)
+		var users []string
+		for i := range 40 {
+			users = append(users, fmt.Sprintf("r%d", i))
+			follow(t, v.c, users[i], "a")
+		}
+		// The first attempt: the post record, and p1 in the first 10 inboxes.
+		if err := rdb.HSet(ctx, "willow:tl:p:a p1", "t", time.Now().UnixMilli(), "m", "[]", "k", "[]").Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range users[:10] {
+			if err := rdb.ZAdd(ctx, "willow:tl:in:{"+u+"}", redis.Z{Score: 1, Member: "a p1"}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v.knobs(1, 0)
+		r := publish(t, v.c, "a", "p1")
+		if r.GetHeld() != 30 || r.GetDelivered() != 11 {
+			t.Fatalf("retried publish: %v, want 30 held, 11 delivered (10 before, the author)", r)
+		}
+		v.knobs(0, 1000)
+		waitDrained(t, v.c, 10*time.Second)
+		for _, u := range users {
+			if items, _ := pollAll(t, v.c, u, "", 10); fmt.Sprint(posts(items)) != "[a/p1]" {
+				t.Errorf("%s sees %s", u, posts(items))
+			}
+		}
+	})
+}

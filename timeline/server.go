@@ -127,9 +127,13 @@ type Server struct {
 	rk   redisKeys // the Redis key names
 	// cluster: group users by slot (a Redis Cluster), else all together.
 	cluster bool
-	now     func() time.Time
-	log     *slog.Logger
-	m       *metrics
+	// nodeOf names the master serving a key's slot (nodeOfFunc); nil on
+	// one server. A publish sends one script a master (nodeScript), or
+	// one a slot when it answers "".
+	nodeOf func(ctx context.Context, key string) string
+	now    func() time.Time
+	log    *slog.Logger
+	m      *metrics
 
 	media MediaLookup
 	keys  *urlsign.Keyring // nil: Poll signs no URLs
@@ -196,6 +200,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		rdb:     deps.Redis,
 		rk:      rk,
 		cluster: redisconn.IsCluster(deps.Redis),
+		nodeOf:  nodeOfFunc(deps.Redis),
 		now:     deps.Now,
 		log:     deps.Logger,
 		rnd:     deps.Rand,
@@ -381,8 +386,9 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 	}
 	// Create the post record once; a repeat keeps the first media and time.
 	var got *redis.SliceCmd
+	var created *redis.BoolCmd
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSetNX(ctx, pk, "t", s.now().UnixMilli())
+		created = p.HSetNX(ctx, pk, "t", s.now().UnixMilli())
 		p.HSetNX(ctx, pk, "m", string(mj))
 		p.HSetNX(ctx, pk, "k", string(kj))
 		got = p.HMGet(ctx, pk, "t", "done", "d", "h")
@@ -397,6 +403,8 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 		h, _ := strconv.Atoi(asString(v[3]))
 		return d, h, nil
 	}
+	// fresh: no earlier publish of this post ran, so no inbox holds it.
+	fresh := created.Val()
 	ratio := s.node.Knobs().TimelineDelayRatio
 	hash, now := s.node.UserHash(), s.now()
 	seen := map[string]bool{author: true}
@@ -411,7 +419,7 @@ func (s *Server) publish(ctx context.Context, author, post string, media, kinds 
 		b := batch
 		batch = nil
 		g.Go(func() error {
-			d, h, err := s.deliver(gctx, r, posted, b)
+			d, h, err := s.deliver(gctx, r, posted, fresh, b)
 			if err != nil {
 				return fmt.Errorf("timeline: publish %s: %w", r, err)
 			}

@@ -1,0 +1,7 @@
+package timeline
+
+import "context"
+
+// SetNodeOf replaces s's slot-to-master lookup (tests only), so a test
+// can make a publish send one master's script keys another master holds.
+func SetNodeOf(s *Server, f func(ctx context.Context, key string) string) { s.nodeOf = f }
