@@ -20,11 +20,16 @@
 //
 // One user's inbox and held set share a slot; the shared keys share
 // another. The Redis may be one server or a Redis Cluster (Deps.Redis):
-// the scripts only touch keys of one slot. Publishing runs one script per
-// slot's followers, all pipelined, then indexes the users now holding
-// the post; a release step takes tokens and picks users (one script on
-// the shared keys), moves their items (one script per slot, pipelined),
-// then updates the index and gives back unused tokens.
+// each script command touches keys of one slot. Publishing runs one
+// script per FanoutBatch followers on one server, and on a cluster one
+// script per master's followers (nodeScript: the keys are all that
+// master's, one slot's counter and users after another, since 5000
+// followers fall in ~4300 slots; where the client's slot map is stale
+// the users of a slot the script cannot reach are sent one slot a
+// script), all pipelined, then indexes the users now holding the post;
+// a release step takes tokens and picks users (one script on the shared
+// keys), moves their items (one script per slot, pipelined), then
+// updates the index and gives back unused tokens.
 //
 // Guarantees:
 //   - Poll returns a user's items in delivery order with an exact cursor:
@@ -63,7 +68,16 @@
 //     put back). A publish that fails midway returns an error; retrying
 //     it (publish is idempotent) indexes what it held. The held count is
 //     a counter beside the sets: a publish that dies between its two
-//     steps leaves it short by what it held.
+//     steps leaves it short by what it held, as does a cluster script
+//     that fails midway on a slot migrating under it (its users are
+//     redone and found already held).
+//   - A first publish of a post (its record was new) holds a delayed
+//     user's item without asking whether the inbox has it: no inbox can.
+//     A retried or concurrent duplicate publish asks. (Should a duplicate
+//     running under a higher delay ratio still hold an item the other
+//     delivered, the release's ZADD NX finds it already in the inbox: the
+//     user sees it once; only their later items wait behind it for the
+//     release.)
 //
 // Errors: RPCs return INVALID_ARGUMENT with reason bad_request (empty or
 // malformed IDs) or bad_cursor, and UNAVAILABLE with reason redis when
