@@ -79,6 +79,15 @@ func meteredClient(b *testing.B, r testenv.RedisTarget, m *redisMeter) redis.Uni
 	return c
 }
 
+// forEachServer calls fn for the server or, in parallel, every master.
+func forEachServer(ctx context.Context, c redis.UniversalClient, fn func(*redis.Client)) {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { fn(m); return nil })
+		return
+	}
+	fn(c.(*redis.Client))
+}
+
 // usedMemory sums INFO used_memory over the server or every master.
 func usedMemory(ctx context.Context, c redis.UniversalClient) int64 {
 	read := func(cl *redis.Client) int64 {
@@ -224,6 +233,14 @@ func BenchmarkTimelineFanout(b *testing.B) {
 					if _, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: "warm"}); err != nil {
 						b.Fatal(err)
 					}
+					diag := os.Getenv("WILLOW_TL_COMMANDSTATS") != ""
+					if diag {
+						forEachServer(ctx, rdb, func(cl *redis.Client) {
+							cl.ConfigSet(ctx, "slowlog-log-slower-than", "500")
+							cl.ConfigSet(ctx, "slowlog-max-len", "4096")
+							cl.SlowLogReset(ctx)
+						})
+					}
 					mem0 := usedMemory(ctx, rdb)
 					trips0, bytes0 := m.trips.Load(), m.bytes.Load()
 					cmds0 := redisCommands(ctx, rdb)
@@ -252,9 +269,24 @@ func BenchmarkTimelineFanout(b *testing.B) {
 							per = append(per, fmt.Sprintf("%s %.0f calls %.2f ms", name, float64(st.calls)/float64(b.N), float64(st.usec)/float64(b.N)/1000))
 						}
 					}
-					if os.Getenv("WILLOW_TL_COMMANDSTATS") != "" {
+					if diag {
 						slices.Sort(per)
 						b.Logf("per publish (INFO commandstats; a script's usec includes its inner calls'): %s", strings.Join(per, "; "))
+						var mu sync.Mutex
+						var slow []time.Duration
+						forEachServer(ctx, rdb, func(cl *redis.Client) {
+							logs, _ := cl.SlowLogGet(ctx, 4096).Result()
+							mu.Lock()
+							for _, l := range logs {
+								slow = append(slow, l.Duration)
+							}
+							mu.Unlock()
+						})
+						slices.Sort(slow)
+						if len(slow) > 0 {
+							b.Logf("SLOWLOG, commands over 0.5 ms: %d (%.1f a publish), median %v, max %v",
+								len(slow), float64(len(slow))/float64(b.N), slow[len(slow)/2], slow[len(slow)-1])
+						}
 					}
 					slices.Sort(lat)
 					q := func(p float64) float64 {
