@@ -62,6 +62,7 @@ func (s *Server) releaseStep(ctx context.Context) (releaseResult, error) {
 	s.randMu.Lock()
 	start := ratio + s.rnd.Float64()*(1-ratio)
 	s.randMu.Unlock()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
 	defer cancel()
 	res, err := takeScript.Run(ctx, s.rdb, []string{s.rk.heldUnits(), s.rk.bucket()},
@@ -92,7 +93,13 @@ func (s *Server) releaseStep(ctx context.Context) (releaseResult, error) {
 	if budget <= 0 {
 		return out, nil
 	}
-	moved, err := s.move(ctx, users, int(budget))
+	// The tokens are taken: finish the step even when the service is
+	// stopping (parent done), within RedisTimeout. A step cut between
+	// its move and its bookkeeping leaves the held count above the
+	// held sets for good.
+	mctx, mcancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.RedisTimeout)
+	defer mcancel()
+	moved, err := s.move(mctx, users, int(budget))
 	if err != nil {
 		return out, fmt.Errorf("timeline: release: %w", err)
 	}
