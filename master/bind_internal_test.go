@@ -55,3 +55,15 @@ func TestHeartbeatRebindsLapsedBinding(t *testing.T) {
 		t.Fatalf("heartbeat of a second instance = %v, want PERMISSION_DENIED", err)
 	}
 }
+
+// validID accepts what `^[a-z0-9][a-z0-9-]*$` did.
+func TestValidID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"upload-a-1": true, "a": true, "0-": true, "x--y": true,
+		"": false, "-a": false, "Upload": false, "a_b": false, "a.b": false, "a b": false, "é": false,
+	} {
+		if got := validID(id); got != want {
+			t.Errorf("validID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}

@@ -157,9 +157,8 @@ func (s *Server) initFlex(store flexStore, reg prometheus.Registerer) error {
 // flexSnapshot returns the current flex state for Route replies. The
 // caller must not modify it.
 func (s *Server) flexSnapshot() *willowv1.FlexState {
-	s.flexMu.Lock()
-	defer s.flexMu.Unlock()
-	return s.rendered
+	// Every heartbeat and Route answer reads it: without the flex mutex.
+	return s.watch.Load().st
 }
 
 // audit records one entry in the audit log kept in Redis (FlexHistory

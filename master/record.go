@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+
+	"google.golang.org/protobuf/proto"
 )
 
 // A registry record in Redis (key node:ID) is binary: a version byte
@@ -33,6 +35,31 @@ func appendRecord(b []byte, r record) []byte {
 		b = binary.AppendVarint(b, s.Err)
 	}
 	return b
+}
+
+// appendRecordOf appends the record of info and load (their sizes is
+// and ls, from proto.Size just before), marshalling them in place: what
+// appendRecord writes for their marshalled forms.
+func appendRecordOf(b []byte, info proto.Message, is int, load proto.Message, ls int, lastMs int64, samples []sample) ([]byte, error) {
+	cached := proto.MarshalOptions{UseCachedSize: true}
+	var err error
+	b = append(b, recordV1)
+	b = binary.AppendUvarint(b, uint64(is))
+	if b, err = cached.MarshalAppend(b, info); err != nil {
+		return nil, err
+	}
+	b = binary.AppendUvarint(b, uint64(ls))
+	if b, err = cached.MarshalAppend(b, load); err != nil {
+		return nil, err
+	}
+	b = binary.AppendVarint(b, lastMs)
+	b = binary.AppendUvarint(b, uint64(len(samples)))
+	for _, s := range samples {
+		b = binary.AppendVarint(b, s.At)
+		b = binary.AppendVarint(b, s.Req)
+		b = binary.AppendVarint(b, s.Err)
+	}
+	return b, nil
 }
 
 // decodeRecord decodes a record in either form. Info and Load alias b.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"time"
 
@@ -25,7 +24,19 @@ const (
 	StateProbing = "probing"
 )
 
-var nodeIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+// validID reports whether id is a node ID: [a-z0-9][a-z0-9-]* (checked by
+// hand: every heartbeat checks it, and a regexp was a cost of its own).
+func validID(id string) bool {
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0:
+		default:
+			return false
+		}
+	}
+	return id != ""
+}
 
 // sample is one heartbeat's request counts.
 type sample struct {
@@ -110,7 +121,7 @@ func validInfo(n *willowv1.NodeInfo) error {
 	switch {
 	case n == nil:
 		return rpcstatus.New(codes.InvalidArgument, ReasonNode, "node info missing")
-	case !nodeIDRe.MatchString(n.GetId()):
+	case !validID(n.GetId()):
 		return rpcstatus.New(codes.InvalidArgument, ReasonNodeID, "node id %q: want [a-z0-9-]", n.GetId())
 	case n.GetRole() == "":
 		return rpcstatus.New(codes.InvalidArgument, ReasonRole, "node %s: role missing", n.GetId())
@@ -127,13 +138,20 @@ func validInfo(n *willowv1.NodeInfo) error {
 }
 
 // encodeRecord builds a node's Redis entry, adding one heartbeat sample to
-// this master's window for it.
+// this master's window for it. Every heartbeat runs it: the protos are
+// marshalled straight into the record and the window is trimmed in place
+// (it is this master's own, under its shard's lock).
 func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now time.Time) ([]byte, error) {
 	nowMs := now.UnixMilli()
+	sampled := load != nil
+	if load == nil {
+		load = &willowv1.Load{SuccessRate: 1}
+	}
+	is, ls := proto.Size(info), proto.Size(load)
 	sh := s.hb.shard(info.GetId())
 	sh.mu.Lock()
 	w := sh.windows[info.GetId()]
-	if load != nil {
+	if sampled {
 		w = append(w, sample{At: nowMs, Req: load.GetRequests(), Err: load.GetErrors()})
 	}
 	from := nowMs - s.cfg.SuccessWindow.Milliseconds()
@@ -141,22 +159,17 @@ func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now 
 	for i < len(w) && w[i].At <= from {
 		i++
 	}
-	w = append([]sample(nil), w[i:]...)
+	if i > 0 {
+		w = w[:copy(w, w[i:])]
+	}
 	sh.windows[info.GetId()] = w
 	sh.seen[info.GetId()] = nowMs
+	b, err := appendRecordOf(make([]byte, 0, 24+is+ls+30*len(w)), info, is, load, ls, nowMs, w)
 	sh.mu.Unlock()
-	ib, err := proto.Marshal(info)
 	if err != nil {
-		return nil, fmt.Errorf("master: encode node info: %w", err)
+		return nil, fmt.Errorf("master: encode node record: %w", err)
 	}
-	if load == nil {
-		load = &willowv1.Load{SuccessRate: 1}
-	}
-	lb, err := proto.Marshal(load)
-	if err != nil {
-		return nil, fmt.Errorf("master: encode load: %w", err)
-	}
-	return appendRecord(make([]byte, 0, 16+len(ib)+len(lb)+12*len(w)), record{Info: ib, Load: lb, LastMs: nowMs, Samples: w}), nil
+	return b, nil
 }
 
 // Register records a node in the shared registry. A node that comes back

@@ -22,6 +22,7 @@ import (
 // silence (revivable: judged healthy, not alive when it was built); or a
 // clock that went back.
 type routeIdx struct {
+	seq        uint64    // builds are numbered in the order they start
 	view       *view     // the snapshot it was built from
 	builtAt    time.Time // the clock when it was built
 	validUntil int64     // unix ms: a listed node is not alive from here on
@@ -33,7 +34,8 @@ type routeIdx struct {
 // routeState is the master's route index.
 type routeState struct {
 	idx     atomic.Pointer[routeIdx]
-	buildMu sync.Mutex // one rebuild at a time
+	buildMu sync.Mutex    // one rebuild at a time
+	started atomic.Uint64 // the seq of the last build started (written under buildMu)
 }
 
 // buildRouteIndex indexes v with this master's heartbeats at now.
@@ -63,7 +65,17 @@ func (s *Server) buildRouteIndex(v *view, now time.Time) *routeIdx {
 func (s *Server) installRouteIndex(v *view) {
 	s.routes.buildMu.Lock()
 	defer s.routes.buildMu.Unlock()
-	s.routes.idx.Store(s.buildRouteIndex(v, s.now()))
+	s.storeRouteIndex(v, s.now())
+}
+
+// storeRouteIndex builds and installs the index of v at now, numbered.
+// The caller holds buildMu.
+func (s *Server) storeRouteIndex(v *view, now time.Time) *routeIdx {
+	seq := s.routes.started.Add(1)
+	idx := s.buildRouteIndex(v, now)
+	idx.seq = seq
+	s.routes.idx.Store(idx)
+	return idx
 }
 
 // usable reports whether idx still answers for snapshot v at now.
@@ -73,7 +85,17 @@ func (idx *routeIdx) usable(v *view, now time.Time) bool {
 
 // routeIndex returns an index that answers for the current snapshot and
 // now, loading the snapshot first if there is none.
+//
+// Calls that find the index out of date while another call rebuilds it
+// take the index that call built, when its build started after they
+// began: it answers for a moment within their call, so the answer is one
+// a Route at that moment would give. At N = 5000, with heartbeats late,
+// nearly every Route found the index stale (a silent node heartbeat, or a
+// listed one fell silent) and the calls rebuilt it one after the other,
+// each waiting for the rebuilds ahead of it (BenchmarkFleet: Route p50
+// over a second).
 func (s *Server) routeIndex(ctx context.Context) (*routeIdx, error) {
+	began := s.routes.started.Load()
 	v, err := s.snapshot(ctx)
 	if err != nil {
 		return nil, err
@@ -88,12 +110,10 @@ func (s *Server) routeIndex(ctx context.Context) (*routeIdx, error) {
 	v = s.view // refresh may have installed a newer one meanwhile
 	s.mu.Unlock()
 	now = s.now()
-	if idx := s.routes.idx.Load(); idx.usable(v, now) {
+	if idx := s.routes.idx.Load(); idx.usable(v, now) || (idx != nil && idx.seq > began && idx.view == v && !now.Before(idx.builtAt)) {
 		return idx, nil
 	}
-	idx := s.buildRouteIndex(v, now)
-	s.routes.idx.Store(idx)
-	return idx, nil
+	return s.storeRouteIndex(v, now), nil
 }
 
 // routeHeartbeat tells the index that id heartbeat: a node it left out

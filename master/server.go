@@ -210,6 +210,9 @@ type Server struct {
 	met    *metrics
 	// started is when New ran (the master's own "since" in ListNodes).
 	started time.Time
+	// keyTag prefixes every key (the key prefix in one hash slot): made
+	// once, as every heartbeat names two keys.
+	keyTag string
 
 	mu   sync.Mutex // guards view and leader, and writes of drills
 	view *view      // last registry snapshot loaded from Redis
@@ -244,7 +247,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg.ID = deps.Node.Config().ID
 	}
 	s := &Server{cfg: cfg, node: deps.Node, rdb: deps.Redis, now: deps.Now, log: deps.Logger,
-		prober: deps.Prober, view: &view{}, hb: newHBShards()}
+		prober: deps.Prober, view: &view{}, hb: newHBShards(), keyTag: redisconn.OneSlot(cfg.KeyPrefix)}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -302,4 +305,4 @@ func (s *Server) Run(ctx context.Context) error {
 // key returns the Redis key for name. Every master key shares one hash
 // tag, so the registry's transactions and the flex script keep to one
 // Redis Cluster slot: "{willow:}node:ID" with the default prefix.
-func (s *Server) key(name string) string { return redisconn.OneSlot(s.cfg.KeyPrefix) + name }
+func (s *Server) key(name string) string { return s.keyTag + name }
