@@ -102,12 +102,15 @@ func BenchmarkUnaryLoopback(b *testing.B) {
 	}
 }
 
-// BenchmarkUnaryOverhead interleaves no-op unary RPCs over loopback on three
+// BenchmarkUnaryOverhead interleaves no-op unary RPCs over loopback on four
 // servers (no interceptor, shedding server interceptor, server + client
-// interceptors), rotating the order every iteration so the noise of a
-// shared machine falls on all three alike, and reports each one's median
-// latency (robust to the spikes of a shared machine) and the overhead of
-// the medians against no interceptor.
+// interceptors, and a second server without interceptor as a control),
+// rotating the order every iteration so the noise of a shared machine
+// falls on all four alike, and reports each one's median latency (robust
+// to the spikes of a shared machine) and the overhead of the medians
+// against no interceptor. %control-none2 is the second bare server against
+// the first: what two identical servers differ by in that run, the
+// resolution of the overhead figures.
 func BenchmarkUnaryOverhead(b *testing.B) {
 	s, err := shedding.New(shedding.Config{}, shedding.Deps{})
 	if err != nil {
@@ -121,6 +124,7 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 		serve(b, nil, &testServer{}),
 		serve(b, s, &testServer{}),
 		serve(b, s2, &testServer{}, grpc.WithChainUnaryInterceptor(shedding.UnaryClientInterceptor())),
+		serve(b, nil, &testServer{}),
 	}
 	ctx := context.Background()
 	for _, cc := range conns {
@@ -130,7 +134,7 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 			}
 		}
 	}
-	var lat [3][]time.Duration
+	var lat [4][]time.Duration
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		for j := range conns {
@@ -143,7 +147,7 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	var med [3]float64
+	var med [4]float64
 	for k := range lat {
 		slices.Sort(lat[k])
 		med[k] = float64(lat[k][len(lat[k])/2])
@@ -151,8 +155,10 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 	b.ReportMetric(med[0], "ns-median/none")
 	b.ReportMetric(med[1], "ns-median/server")
 	b.ReportMetric(med[2], "ns-median/server+client")
+	b.ReportMetric(med[3], "ns-median/none2")
 	b.ReportMetric(100*(med[1]-med[0])/med[0], "%overhead-server")
 	b.ReportMetric(100*(med[2]-med[0])/med[0], "%overhead-server+client")
+	b.ReportMetric(100*(med[3]-med[0])/med[0], "%control-none2")
 }
 
 // cpuTime is the process's user+system CPU time.

@@ -130,8 +130,15 @@ type Shedder struct {
 	knobsStamp atomic.Int64
 }
 
+// cachedKnobs is what admission reads per request, made once per knob
+// change: one map read gives a business's priority and shed ratio.
 type cachedKnobs struct {
-	ratio map[string]float64
+	biz map[string]bizKnobs
+}
+
+type bizKnobs struct {
+	prio  int     // 1 = highest; the Shedder's nBiz for unknown businesses
+	ratio float64 // shed_ratio
 }
 
 // New validates cfg and builds a Shedder. Errors wrap ErrConfig.
@@ -264,7 +271,8 @@ func (s *Shedder) admit(business, user string) (reason string, ok bool, bi, key 
 	if ns-s.knobsStamp.Load() >= int64(KnobRefresh) {
 		s.refreshKnobs(ns)
 	}
-	p, known := s.prio[business]
+	bk, known := s.knobs.Load().biz[business]
+	p := bk.prio
 	if !known {
 		p = s.nBiz
 	}
@@ -272,7 +280,7 @@ func (s *Shedder) admit(business, user string) (reason string, ok bool, bi, key 
 	h := userHash(s.hash, user, now, s.rnd)
 	// The fraction r of least user priority is shed (UserHash.InRatio),
 	// the same users for the whole hour.
-	if r := s.knobs.Load().ratio[business]; inRatio(h, r) {
+	if inRatio(h, bk.ratio) {
 		return ReasonShedRatio, false, bi, -1
 	}
 	k := compoundKey(p, h)
@@ -305,13 +313,22 @@ func (s *Shedder) refreshKnobs(ns int64) {
 	s.storeKnobs(s.knobsFn(), ns)
 }
 
-// storeKnobs caches k's shed ratios; knobsMu must be held.
+// storeKnobs caches k's shed ratios with the businesses' priorities;
+// knobsMu must be held.
 func (s *Shedder) storeKnobs(k flex.Knobs, ns int64) {
-	ratio := make(map[string]float64, len(k.ShedRatio))
-	for b, r := range k.ShedRatio {
-		ratio[b] = r
+	biz := make(map[string]bizKnobs, len(s.prio)+len(k.ShedRatio))
+	for b, p := range s.prio {
+		biz[b] = bizKnobs{prio: p}
 	}
-	s.knobs.Store(&cachedKnobs{ratio: ratio})
+	for b, r := range k.ShedRatio {
+		bk, ok := biz[b]
+		if !ok {
+			bk.prio = s.nBiz
+		}
+		bk.ratio = r
+		biz[b] = bk
+	}
+	s.knobs.Store(&cachedKnobs{biz: biz})
 	s.knobsStamp.Store(ns)
 }
 
