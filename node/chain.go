@@ -106,12 +106,12 @@ func (n *Node) invokeUnary(ctx context.Context, req any, h grpc.UnaryHandler) (r
 // streamInterceptor is the node's stream server interceptor.
 func (n *Node) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	start := time.Now()
-	typ := typeBidiStream
+	typ := typeBidiStream // as the provider types a stream
 	switch {
-	case !info.IsClientStream:
-		typ = typeServerStream
-	case !info.IsServerStream:
+	case info.IsClientStream && !info.IsServerStream:
 		typ = typeClientStream
+	case !info.IsClientStream && info.IsServerStream:
+		typ = typeServerStream
 	}
 	s := n.rpc.of(info.FullMethod, typ)
 	s.started.Inc()
