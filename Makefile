@@ -4,7 +4,7 @@ GOBIN := $(shell go env GOPATH)/bin
 export PATH := $(GOBIN):$(PATH)
 RUN_DIR ?= ./run
 
-.PHONY: setup build run test test-short test-faults soak bench bench-upload bench-compress bench-timeline bench-fleet bench-ring bench-edge proto vet fmt fuzz
+.PHONY: setup build run test test-short test-faults soak bench bench-upload bench-compress bench-timeline bench-fleet bench-ring bench-edge bench-interceptor proto vet fmt fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -80,6 +80,15 @@ bench-ring: setup
 # objects, the two servers alternating in 1 s slices, 3 runs per size.
 bench-edge: setup
 	go test -run '^$$' -bench BenchmarkHTTPvsNginx -benchtime 1x -count 3 -timeout 10m ./edgecache
+
+# Interceptor overhead (BENCHMARKS.md, Shedding): the shedding server
+# interceptor on a no-op RPC against bare servers (with a bare control), and
+# node's server interceptor alone and around a whole loopback call.
+bench-interceptor: setup
+	go test -run '^$$' -bench 'UnaryOverhead' -benchtime 5000x -count 6 ./shedding
+	go test -run '^$$' -bench 'ServerInterceptor' -benchtime 1000000x -count 3 ./shedding
+	go test -run '^$$' -bench 'Interceptor' -benchtime 100000x -count 3 ./node
+	go test -run '^$$' -bench 'Chain' -benchtime 3000x -count 3 ./node
 
 # Regenerates proto/willow/v1/*.pb.go with the generators pinned in
 # scripts/setup.sh (protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.5.1).
