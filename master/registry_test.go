@@ -571,18 +571,33 @@ func TestRouteRidesOutRedisOutage(t *testing.T) {
 		}
 		return fmtIDs(p) + "/" + fmtIDs(s)
 	}
+	// states says what ListNodes shows of each node, for a failure.
+	states := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := m.client.ListNodes(ctx, &willowv1.ListNodesRequest{})
+		if err != nil {
+			return "ListNodes: " + err.Error()
+		}
+		var out []string
+		for _, n := range resp.GetNodes() {
+			out = append(out, fmt.Sprintf("%s %s (%s) last heartbeat %d ms ago", n.GetNode().GetId(), n.GetState(), n.GetReason(),
+				time.Now().UnixMilli()-n.GetLastHeartbeatUnixMs()))
+		}
+		return strings.Join(out, ", ")
+	}
 	regWait(t, 5*time.Second, "nodes in Route", func() bool { return show() == want })
 
 	r.Kill()
 	for end := time.Now().Add(4 * cfg.MissedAfter); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if got := show(); got != want {
-			t.Fatalf("Redis down: Route = %s, want %s", got, want)
+			t.Fatalf("Redis down: Route = %s, want %s; %s", got, want, states())
 		}
 	}
 	testenv.StartRedisAt(t, dir, port)
 	for end := time.Now().Add(4 * cfg.MissedAfter); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if got := show(); got != want {
-			t.Fatalf("Redis back: Route = %s, want %s", got, want)
+			t.Fatalf("Redis back: Route = %s, want %s; %s", got, want, states())
 		}
 	}
 	for _, id := range []string{"upload-a-1", "upload-b-1"} {
