@@ -1,6 +1,7 @@
 package upload_test
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -15,10 +16,16 @@ func diskUse(t *testing.T, dir string) int64 {
 	t.Helper()
 	var n int64
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed by a compaction while the walk ran
+		}
 		if err != nil || d.IsDir() {
 			return err
 		}
 		fi, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed by a compaction while the walk ran
+		}
 		if err != nil {
 			return err
 		}

@@ -107,6 +107,12 @@ type Config struct {
 	// MirrorTimeout bounds one mirror write or read of the staging copy
 	// in the store; default DefaultMirrorTimeout.
 	MirrorTimeout time.Duration `yaml:"mirror_timeout"`
+	// MirrorInterval: inside one stream or request, the staged bytes are
+	// copied to the store at a SyncEvery point only when the last copy
+	// (or the upload's start on this front) is at least this old; the end
+	// of every stream or request copies whatever is new. Default
+	// DefaultMirrorInterval; negative: at every SyncEvery point.
+	MirrorInterval time.Duration `yaml:"mirror_interval"`
 	// PollInterval is how often Run looks for due work; default
 	// DefaultPollInterval.
 	PollInterval time.Duration `yaml:"poll_interval"`
@@ -216,6 +222,9 @@ func (c *Config) setDefaults() error {
 	defD(&c.RetryMax, DefaultRetryMax)
 	defD(&c.PollInterval, DefaultPollInterval)
 	defD(&c.MirrorTimeout, DefaultMirrorTimeout)
+	if c.MirrorInterval == 0 {
+		c.MirrorInterval = DefaultMirrorInterval
+	}
 	defD(&c.MaxRetryAge, DefaultMaxRetryAge)
 	if c.MaxInternalAttempts <= 0 {
 		c.MaxInternalAttempts = DefaultMaxInternalAttempts

@@ -42,7 +42,8 @@ func (s *stuckParts) AdoptFile(ctx context.Context, key, path string, size int64
 // TestMirrorOffTheReceiveLoop: the copies of staged ranges to the store
 // run beside the receive loop, and a commit does not wait for one still
 // running; the bytes are still acknowledged only once durable (the raw is
-// in the store, whole).
+// in the store, whole). Inside one request a copy waits for
+// MirrorInterval.
 func TestMirrorOffTheReceiveLoop(t *testing.T) {
 	fsSt, err := fs.New(t.TempDir())
 	if err != nil {
@@ -50,8 +51,9 @@ func TestMirrorOffTheReceiveLoop(t *testing.T) {
 	}
 	st := &stuckParts{Store: fsSt}
 	const mirrorTimeout = 2 * time.Minute
+	// A copy at every SyncEvery point (MirrorInterval < 0).
 	f := newFront(t, frontOpts{store: st, instant: true,
-		cfg: upload.Config{SyncEvery: 64 << 10, MirrorTimeout: mirrorTimeout}})
+		cfg: upload.Config{SyncEvery: 64 << 10, MirrorTimeout: mirrorTimeout, MirrorInterval: -1}})
 	h := httpFront(t, f, upload.HTTPConfig{})
 	data := bytes.Repeat(photo(t), 4) // a bit over 1 MiB: several syncs
 	limit := mirrorTimeout / 4        // far below a stuck mirror, far above the work
@@ -115,6 +117,23 @@ func TestMirrorOffTheReceiveLoop(t *testing.T) {
 		}
 		checkRaw(t, f, r.GetMediaId(), data)
 		t.Logf("%d range copies started", st.started.Load()-before)
+	})
+	t.Run("interval", func(t *testing.T) {
+		// Inside one request, no copy before MirrorInterval has passed.
+		g := newFront(t, frontOpts{store: st, instant: true,
+			cfg: upload.Config{SyncEvery: 64 << 10, MirrorTimeout: mirrorTimeout, MirrorInterval: time.Hour}})
+		hg := httpFront(t, g, upload.HTTPConfig{})
+		before := st.started.Load()
+		resp := do(t, "POST", hg.URL(), map[string]string{"Tus-Resumable": "1.0.0", "Authorization": "Bearer " + tok(t, "u-pipe", "moments"),
+			"Upload-Length": strconv.Itoa(len(data)), "Content-Type": "application/offset+octet-stream",
+			"Upload-Metadata": md("filetype", "image/jpeg", "upload_id", "pipe-interval", "sha256", sum(data))}, data)
+		if resp.StatusCode != 201 || resp.Header.Get(upload.HeaderMediaID) == "" {
+			t.Fatalf("create with the whole body: %d %v %s", resp.StatusCode, resp.Header, bodyOf(resp))
+		}
+		if n := st.started.Load() - before; n != 0 {
+			t.Fatalf("%d range copies started inside one request, want none before MirrorInterval", n)
+		}
+		checkRaw(t, g, resp.Header.Get(upload.HeaderMediaID), data)
 	})
 }
 

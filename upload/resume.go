@@ -55,6 +55,12 @@ import (
 // DefaultMirrorTimeout bounds one mirror write (part or record).
 const DefaultMirrorTimeout = 10 * time.Second
 
+// DefaultMirrorInterval is Config.MirrorInterval's default: a stream
+// faster than SyncEvery a second copies nothing before its end, and one
+// whose front dies resends at most about a second of bytes more to
+// another front than it would with a copy at every SyncEvery point.
+const DefaultMirrorInterval = time.Second
+
 var errMoved = errors.New("upload taken over by another front")
 
 const stagingPrefix = "staging/"
@@ -100,6 +106,10 @@ type mirror struct {
 	// mirror, so a store outage costs a stream one timeout, not one per
 	// sync.
 	retryAt time.Time
+	// lastAt: the last copy, the end of the last stream or request, or
+	// the mirror's start; a SyncEvery point copies only once it is
+	// Config.MirrorInterval old.
+	lastAt time.Time
 }
 
 func (s *Server) mirrorCtx() (context.Context, context.CancelFunc) {
@@ -141,18 +151,29 @@ func (m *mirror) owned(ctx context.Context) error {
 // a client whose front dies in between resends at most that range to
 // another front. So an upload of up to SyncEvery sent in one stream costs
 // no mirror writes. A cancelled ctx (a commit under way) abandons the copy
-// quietly; the ownership check runs whatever ctx says.
-func (m *mirror) durable(ctx context.Context, f *os.File, to int64) error {
+// quietly; the ownership check runs whatever ctx says. point: a SyncEvery
+// point inside a stream, which copies only every MirrorInterval (the
+// ownership check runs at each one once a record is in the store);
+// otherwise the end of a stream or request, which copies what is new.
+func (m *mirror) durable(ctx context.Context, f *os.File, to int64, point bool) error {
 	if m.moved {
 		return errMoved
 	}
-	if to <= m.end || to >= m.meta.Size || m.s.now().Before(m.retryAt) {
+	now := m.s.now()
+	if to <= m.end || to >= m.meta.Size || now.Before(m.retryAt) {
 		return nil
+	}
+	wait := point && now.Sub(m.lastAt) < m.s.cfg.MirrorInterval
+	if !point {
+		m.lastAt = now
+	}
+	if wait && !m.wrote {
+		return nil // no record: no other front can have taken it
 	}
 	octx, ocancel := m.s.mirrorCtx()
 	err := m.owned(octx)
 	ocancel()
-	if errors.Is(err, errMoved) {
+	if errors.Is(err, errMoved) || (wait && err == nil) {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.s.cfg.MirrorTimeout)
@@ -182,6 +203,7 @@ func (m *mirror) durable(ctx context.Context, f *os.File, to int64) error {
 			"key", m.key, "mirrored", m.end, "durable", to, "err", err)
 		return nil
 	}
+	m.lastAt = m.s.now()
 	m.s.m.mirror.WithLabelValues("ok").Inc()
 	return nil
 }
@@ -217,7 +239,7 @@ func (s *Server) attachMirror(key string, st *staged, epoch uint64, parts []mirr
 	if s.cfg.DisableStagingMirror {
 		return nil
 	}
-	m := &mirror{s: s, key: key, meta: st.meta, epoch: epoch, parts: parts}
+	m := &mirror{s: s, key: key, meta: st.meta, epoch: epoch, parts: parts, lastAt: s.now()}
 	for _, p := range parts {
 		m.end = p.Off + p.Len
 	}
@@ -423,13 +445,13 @@ func (st *staged) ownMirror(s *Server, key string, ok bool, rec sessionRecord) b
 		if m == nil {
 			// Staged before a restart, never mirrored or its record
 			// removed: mirror it from now on.
-			st.mirror = &mirror{s: s, key: key, meta: st.meta, epoch: 1}
+			st.mirror = &mirror{s: s, key: key, meta: st.meta, epoch: 1, lastAt: s.now()}
 		}
 		return true
 	case rec.Owner == s.nodeID && (m == nil || m.epoch == rec.Epoch):
 		if m == nil {
 			// This front restarted: carry on with its own record.
-			st.mirror = &mirror{s: s, key: key, meta: st.meta, epoch: rec.Epoch, parts: rec.Parts, end: rec.Durable, wrote: true}
+			st.mirror = &mirror{s: s, key: key, meta: st.meta, epoch: rec.Epoch, parts: rec.Parts, end: rec.Durable, wrote: true, lastAt: s.now()}
 		}
 		return true
 	}

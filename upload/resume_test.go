@@ -136,7 +136,8 @@ func TestResumeTakesBack(t *testing.T) {
 // the copy there; the new front resumes before it.
 func TestResumeDamagedPart(t *testing.T) {
 	ctx := ctxT(t)
-	a1, a2, st := twoFronts(t, upload.Config{SyncEvery: 64 << 10})
+	// Several parts from one stream: a copy at every SyncEvery point.
+	a1, a2, st := twoFronts(t, upload.Config{SyncEvery: 64 << 10, MirrorInterval: -1})
 	data := photo(t)
 	const id, user = "resume-damaged", "u-dmg"
 	key := media.KeyFor(user, id)

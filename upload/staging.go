@@ -368,7 +368,7 @@ func (s *staged) startFlushLocked() error {
 		defer cancel()
 		s.syncMu.Lock()
 		defer s.syncMu.Unlock()
-		err := s.syncTo(ctx, p)
+		err := s.syncTo(ctx, p, true)
 		// Before syncMu is released: the Sync waiting for this one sees
 		// its error.
 		s.mu.Lock()
@@ -423,7 +423,7 @@ func (s *staged) Sync() (int64, error) {
 	if err != nil {
 		return durable, err
 	}
-	err = s.syncTo(context.Background(), p)
+	err = s.syncTo(context.Background(), p, false)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.durable, err
@@ -458,8 +458,9 @@ func (s *staged) syncMetaLocked() error {
 // syncTo makes p durable: the data file's fsync, the offset record with
 // p's hash state, the metadata (first time), then the mirror of the new
 // range; durable becomes p.to after all of them. The caller holds syncMu
-// (not mu). ctx stops only the mirror.
-func (s *staged) syncTo(ctx context.Context, p syncPoint) error {
+// (not mu). ctx stops only the mirror; point: a SyncEvery point inside a
+// stream (mirror.durable).
+func (s *staged) syncTo(ctx context.Context, p syncPoint, point bool) error {
 	s.mu.Lock()
 	stale := p.gen != s.gen || s.f == nil
 	durable := s.durable
@@ -504,7 +505,7 @@ func (s *staged) syncTo(ctx context.Context, p syncPoint) error {
 	}
 	var merr error
 	if s.mirror != nil {
-		merr = s.mirror.durable(ctx, p.f, p.to)
+		merr = s.mirror.durable(ctx, p.f, p.to, point)
 	}
 	s.mu.Lock()
 	if p.gen == s.gen && p.to > s.durable {
