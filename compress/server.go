@@ -37,6 +37,7 @@ type Server struct {
 	log   *slog.Logger
 	slots chan struct{} // one token per worker
 	dem   *demand       // demand.go
+	cost  taskCost      // taskcost.go
 	// waiting counts tasks queued for a slot.
 	waiting atomic.Int64
 	q       queueStats
@@ -135,6 +136,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	deps.Node.AddLoad(func(l *willowv1.Load) {
 		l.QueueP99Ms = s.q.p99()
 		l.CompressDemand = s.dem.value()
+		l.CompressWorkers = int32(s.cfg.Workers)
+		l.ImageTaskSeconds, l.ImageTaskCpuSeconds = s.cost.snapshot()
 		l.Backlog = s.waiting.Load()
 	})
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
@@ -218,8 +221,11 @@ func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*
 	var outs []Output
 	var cpu time.Duration
 	codec := string(knobs.ImageCodec)
+	var taskCPU time.Duration
 	if kind == willowv1.Kind_KIND_IMAGE {
+		done := threadCPU()
 		outs, err = s.image(ctx, req, knobs)
+		taskCPU = done()
 		cpu = processCPU() - cpu0
 	} else {
 		codec = CodecH264
@@ -246,6 +252,9 @@ func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*
 		}
 		s.m.outBytes.WithLabelValues(o.Name, o.Codec).Add(float64(len(o.Data)))
 		resp.Variants = append(resp.Variants, v)
+	}
+	if kind == willowv1.Kind_KIND_IMAGE {
+		s.cost.observe(codec, s.cfg.Now().Sub(start), taskCPU)
 	}
 	s.m.tasks.WithLabelValues(kindName(kind), codec, "ok").Inc()
 	s.log.DebugContext(ctx, "compressed", "media", req.GetMediaId(), "codec", codec,

@@ -73,10 +73,18 @@ const (
 	SignalCompressDemand   = "compress_demand"       // highest compress node's tasks in work or waiting per worker, 10 s average
 	SignalUploadInFlight   = "upload_in_flight"      // requests in flight on the upload fronts, all
 	SignalUploadRate       = "upload_rate"           // uploads finished per second on the upload fronts, all, 10 s average
+	SignalUploadArrivals   = "upload_arrivals"       // new uploads begun per second on the upload fronts, all, 10 s average
 	SignalUploadShed       = "upload_shed"           // 1 - the lowest admitted share of an upload front
 	SignalStoreWriteRatio  = "store_write_ratio"     // highest front store writes/s (10 s average) over store_write_budget
 	SignalEdgeBytesOut     = "edge_bytes_out_per_s"  // edge cache response bytes/s, all nodes
 	SignalTimelineHeld     = "timeline_held"         // held notifications, all timeline nodes
+	// The forecasts: the upload arrivals (else the upload rate) times the
+	// compress nodes' measured seconds per image task, over their worker
+	// slots. 1 means the uploads now arriving would keep every compress
+	// worker busy; it reads the arrivals, so it rises with a ramp before
+	// a queue forms.
+	SignalCompressForecast       = "compress_forecast"        // at the image codec each node runs now
+	SignalCompressForecastNormal = "compress_forecast_normal" // at the lowest level's image codec: what stepping back would cost
 )
 
 // signalInfo says how a signal reads in reasons.
@@ -86,15 +94,18 @@ type signalInfo struct {
 }
 
 var signalTable = map[string]signalInfo{
-	SignalCompressQueueP99: {"compress queue p99", "ms"},
-	SignalCompressBacklog:  {"compress backlog", ""},
-	SignalCompressDemand:   {"compress demand (tasks per worker)", ""},
-	SignalUploadInFlight:   {"upload in flight", ""},
-	SignalUploadRate:       {"upload rate", "/s"},
-	SignalUploadShed:       {"upload shed share", ""},
-	SignalStoreWriteRatio:  {"store writes / budget", ""},
-	SignalEdgeBytesOut:     {"edge bytes out", "bytes/s"},
-	SignalTimelineHeld:     {"timeline held", ""},
+	SignalCompressQueueP99:       {"compress queue p99", "ms"},
+	SignalCompressBacklog:        {"compress backlog", ""},
+	SignalCompressDemand:         {"compress demand (tasks per worker)", ""},
+	SignalUploadInFlight:         {"upload in flight", ""},
+	SignalUploadRate:             {"upload rate", "/s"},
+	SignalUploadArrivals:         {"upload arrivals", "/s"},
+	SignalUploadShed:             {"upload shed share", ""},
+	SignalStoreWriteRatio:        {"store writes / budget", ""},
+	SignalEdgeBytesOut:           {"edge bytes out", "bytes/s"},
+	SignalTimelineHeld:           {"timeline held", ""},
+	SignalCompressForecast:       {"compress forecast (worker share)", ""},
+	SignalCompressForecastNormal: {"compress forecast at normal (worker share)", ""},
 }
 
 // SignalNames lists the signals a policy may name.

@@ -283,6 +283,8 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 			}
 		}
 	}()
+	snap := s.flexSnapshot()
+	fc := newForecast(s.plans)
 	for _, e := range v.entries {
 		if !e.alive(now, s.cfg.MissedAfter) {
 			continue
@@ -290,6 +292,7 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 		l := e.load
 		switch e.info.GetRole() {
 		case "compress":
+			fc.add(l, string(flex.Effective(snap, e.info.GetRegion(), e.info.GetGroup()).ImageCodec))
 			p99 := l.GetQueueP99Ms()
 			if p99 == 0 {
 				p99 = l.GetQueueMs() // a node that does not report the p99
@@ -309,6 +312,9 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 				if ok, has := g[node.GaugeUploadsPerS]; has {
 					sum(SignalUploadRate, s.windowed(e, SignalUploadRate, ok+g[node.GaugeUploadFailuresPerS], seen))
 				}
+				if begun, has := g[node.GaugeUploadsBegunPerS]; has {
+					sum(SignalUploadArrivals, s.windowed(e, SignalUploadArrivals, begun, seen))
+				}
 			}
 		case "edgecache":
 			sum(SignalEdgeBytesOut, s.edgeRate(e))
@@ -316,7 +322,78 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 			sum(SignalTimelineHeld, l.GetGauges()["held_items"])
 		}
 	}
+	// The arrivals lead: when compress falls behind, the fronts finish
+	// uploads late, so the finished rate lags the clients.
+	if rate, ok := sig[SignalUploadArrivals]; ok {
+		fc.signals(sig, rate)
+	} else if rate, ok := sig[SignalUploadRate]; ok {
+		fc.signals(sig, rate) // fronts that do not report arrivals
+	}
 	return sig, nil
+}
+
+// forecast sums what the compress nodes' heartbeats say about their
+// capacity: worker slots, and seconds a slot is held per image task at the
+// codec each runs now and at the lowest level's codec, weighted by the
+// node's slots.
+type forecast struct {
+	normalCodec string
+	workers     float64
+	now, normal struct{ secs, weight float64 }
+}
+
+func newForecast(plans *flex.Plans) *forecast {
+	f := &forecast{normalCodec: string(flex.DefaultImageCodec)}
+	if p, err := plans.Plan(plans.Levels()[0]); err == nil && p[flex.KnobImageCodec] != "" {
+		f.normalCodec = p[flex.KnobImageCodec]
+	}
+	return f
+}
+
+// add counts one live compress node that runs image codec codec.
+func (f *forecast) add(l *willowv1.Load, codec string) {
+	w := float64(l.GetCompressWorkers())
+	if w <= 0 {
+		return // a node that does not report its slots
+	}
+	f.workers += w
+	if v, ok := taskSeconds(l, codec, codec); ok {
+		f.now.secs += w * v
+		f.now.weight += w
+	}
+	if v, ok := taskSeconds(l, f.normalCodec, codec); ok {
+		f.normal.secs += w * v
+		f.normal.weight += w
+	}
+}
+
+// taskSeconds is how long a task of codec c would hold one of the node's
+// slots now, when the node runs codec cur: its measured wall seconds for
+// c = cur; else c's CPU seconds (what the codec costs wherever it runs)
+// stretched by cur's wall over CPU (how much the box stretches a task
+// now, from tasks run now); else c's last wall seconds.
+func taskSeconds(l *willowv1.Load, c, cur string) (float64, bool) {
+	wall, cpu := l.GetImageTaskSeconds(), l.GetImageTaskCpuSeconds()
+	if c != cur && cpu[c] > 0 && cpu[cur] > 0 && wall[cur] > 0 {
+		return cpu[c] * wall[cur] / cpu[cur], true
+	}
+	v, ok := wall[c]
+	return v, ok && v > 0
+}
+
+// signals sets the forecasts for uploads arriving at rate/s, where the
+// nodes have measured the codec's cost (a codec no node has run yet has no
+// forecast: absent, it counts as clear).
+func (f *forecast) signals(sig map[string]float64, rate float64) {
+	if f.workers == 0 {
+		return
+	}
+	if f.now.weight > 0 {
+		sig[SignalCompressForecast] = rate * f.now.secs / f.now.weight / f.workers
+	}
+	if f.normal.weight > 0 {
+		sig[SignalCompressForecastNormal] = rate * f.normal.secs / f.normal.weight / f.workers
+	}
 }
 
 // edgeRate is an edge node's response bytes/s: its own figure, else the

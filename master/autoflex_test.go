@@ -3,6 +3,7 @@ package master_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -302,7 +303,10 @@ func TestAutoStateChangesNoWatchEvent(t *testing.T) {
 
 // TestAutoSignalsFromHeartbeats: what compress and upload nodes put in
 // their heartbeats reaches the master's signals: compress demand and
-// backlog, and a front's store writes/s over store_write_budget (200).
+// backlog, a front's store writes/s over store_write_budget (200), and
+// the forecasts: 2 uploads/s (both fronts) x the seconds per image task at
+// the codec in force (heic at normal: 0.9 s on a, 0.6 s on b, weighted by
+// slots 2 and 1) over the 3 slots.
 func TestAutoSignalsFromHeartbeats(t *testing.T) {
 	rdb := testenv.StartRedisKind(t, "server").Client(t)
 	m := startMaster(t, rdb, "master-1")
@@ -310,9 +314,19 @@ func TestAutoSignalsFromHeartbeats(t *testing.T) {
 		id, role string
 		fill     func(*willowv1.Load)
 	}{
-		{"compress-a-1", "compress", func(l *willowv1.Load) { l.CompressDemand, l.Backlog = 2.5, 3 }},
-		{"upload-a-1", "upload", func(l *willowv1.Load) { l.StoreWritesPerS = 0.5 }},
-		{"upload-b-1", "upload", func(l *willowv1.Load) { l.StoreWritesPerS = 50 }},
+		{"compress-a-1", "compress", func(l *willowv1.Load) {
+			l.CompressDemand, l.Backlog, l.CompressWorkers = 2.5, 3, 2
+			l.ImageTaskSeconds = map[string]float64{"heic": 0.9, "jpeg": 0.3}
+		}},
+		{"compress-b-1", "compress", func(l *willowv1.Load) {
+			l.CompressWorkers, l.ImageTaskSeconds = 1, map[string]float64{"heic": 0.6}
+		}},
+		{"upload-a-1", "upload", func(l *willowv1.Load) {
+			l.StoreWritesPerS, l.Gauges = 0.5, map[string]float64{node.GaugeUploadsPerS: 1.5}
+		}},
+		{"upload-b-1", "upload", func(l *willowv1.Load) {
+			l.StoreWritesPerS, l.Gauges = 50, map[string]float64{node.GaugeUploadsPerS: 0.25, node.GaugeUploadFailuresPerS: 0.25}
+		}},
 	} {
 		n, err := node.New(node.Config{ID: tc.id, Role: tc.role, Region: tc.id[len(tc.id)-3 : len(tc.id)-2], MasterAddr: m.node.Addr(),
 			HeartbeatInterval: 100 * time.Millisecond, Logger: quiet()})
@@ -327,15 +341,20 @@ func TestAutoSignalsFromHeartbeats(t *testing.T) {
 	}
 	var sig map[string]float64
 	// 20 s: the package's tests run beside others on a loaded box.
-	regWait(t, 20*time.Second, "the signals of three nodes", func() bool {
+	regWait(t, 20*time.Second, "the signals of four nodes", func() bool {
 		as, err := m.client.GetFlexAuto(ctxT(t), &willowv1.GetFlexAutoRequest{})
 		if s := as.GetSignals(); fmt.Sprint(s) != fmt.Sprint(sig) {
 			sig = s
 			t.Logf("signals %v (%v)", sig, err) // shown when the wait times out
 		}
-		return err == nil && sig[master.SignalStoreWriteRatio] == 0.25 && sig[master.SignalCompressDemand] == 2.5
+		return err == nil && sig[master.SignalStoreWriteRatio] == 0.25 && sig[master.SignalCompressDemand] == 2.5 &&
+			sig[master.SignalUploadRate] == 2 && sig[master.SignalCompressForecast] > 0.5
 	})
-	if sig[master.SignalCompressBacklog] != 3 {
-		t.Fatalf("signals %v", sig)
+	// (2 x 0.9 + 1 x 0.6) / 3 = 0.8 s per task; 2/s x 0.8 s / 3 slots.
+	want := 2 * 0.8 / 3
+	near := func(name string) bool { return math.Abs(sig[name]-want) < 1e-9 }
+	if sig[master.SignalCompressBacklog] != 3 || sig[master.SignalUploadRate] != 2 ||
+		!near(master.SignalCompressForecast) || !near(master.SignalCompressForecastNormal) {
+		t.Fatalf("signals %v, want backlog 3, upload rate 2, forecasts %v", sig, want)
 	}
 }

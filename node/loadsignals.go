@@ -45,6 +45,10 @@ func (n *Node) applyHooks(l *willowv1.Load) {
 const (
 	GaugeUploadsPerS        = "uploads_per_s"         // commits that succeeded (duplicates too)
 	GaugeUploadFailuresPerS = "upload_failures_per_s" // commits that failed on the front's side
+	// GaugeUploadsBegunPerS is the arrivals: new uploads staged on the
+	// front (a resumed or duplicate Begin is not new), before their bytes,
+	// whatever becomes of them. Auto-flex forecasts compress from it.
+	GaugeUploadsBegunPerS = "uploads_begun_per_s"
 )
 
 // RateCounter counts events and reports their rate per second between two

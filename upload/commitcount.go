@@ -7,11 +7,12 @@ import (
 	willowv1 "willow/proto/willow/v1"
 )
 
-// commitCounts counts finished commits. A client's mistake (bad size,
-// checksum, unknown upload) is neither a success nor a failure of the
-// front, as in the node's own success rate (node.ServerFault).
+// commitCounts counts finished commits, and the uploads begun (staged
+// new: the arrivals). A client's mistake (bad size, checksum, unknown
+// upload) is neither a success nor a failure of the front, as in the
+// node's own success rate (node.ServerFault).
 type commitCounts struct {
-	ok, failed node.RateCounter
+	ok, failed, begun node.RateCounter
 }
 
 func (c *commitCounts) count(err error) {
@@ -29,4 +30,5 @@ func (c *commitCounts) fill(l *willowv1.Load, now time.Time) {
 	}
 	l.Gauges[node.GaugeUploadsPerS] = c.ok.Rate(now)
 	l.Gauges[node.GaugeUploadFailuresPerS] = c.failed.Rate(now)
+	l.Gauges[node.GaugeUploadsBegunPerS] = c.begun.Rate(now)
 }

@@ -248,6 +248,7 @@ func (s *Server) beginSession(ctx context.Context, p BeginParams) (SessionState,
 			_ = s.attachMirror(key, st, 1, nil, false)
 			s.reserve(key, meta.Size)
 			s.unmarkExpired(key, meta.UploadID)
+			s.commits.begun.Add(1)
 		}
 	}
 	if err != nil {

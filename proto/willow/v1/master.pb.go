@@ -157,8 +157,17 @@ type Load struct {
 	StoreWritesPerS float64 `protobuf:"fixed64,33,opt,name=store_writes_per_s,json=storeWritesPerS,proto3" json:"store_writes_per_s,omitempty"` // upload front: store writes per second over the last window
 	BytesOutPerS    float64 `protobuf:"fixed64,34,opt,name=bytes_out_per_s,json=bytesOutPerS,proto3" json:"bytes_out_per_s,omitempty"`          // edge cache: response bytes per second over the last window
 	CompressDemand  float64 `protobuf:"fixed64,35,opt,name=compress_demand,json=compressDemand,proto3" json:"compress_demand,omitempty"`        // compress: tasks in work or waiting per worker, 10 s moving average (1 = every worker busy, none waiting)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	CompressWorkers int32   `protobuf:"varint,36,opt,name=compress_workers,json=compressWorkers,proto3" json:"compress_workers,omitempty"`      // compress: worker slots (tasks that run at once)
+	// compress: wall seconds a worker slot is held per image task, by image
+	// codec (heic, jpeg), a moving average over the last tasks of each codec
+	// that succeeded; a codec not run since the start is absent.
+	ImageTaskSeconds map[string]float64 `protobuf:"bytes,37,rep,name=image_task_seconds,json=imageTaskSeconds,proto3" json:"image_task_seconds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// compress: CPU seconds of the task's own thread per image task, by
+	// image codec, averaged like image_task_seconds: the codec's cost
+	// wherever it runs (wall over CPU is how much this box stretches it now).
+	ImageTaskCpuSeconds map[string]float64 `protobuf:"bytes,38,rep,name=image_task_cpu_seconds,json=imageTaskCpuSeconds,proto3" json:"image_task_cpu_seconds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Load) Reset() {
@@ -329,6 +338,27 @@ func (x *Load) GetCompressDemand() float64 {
 		return x.CompressDemand
 	}
 	return 0
+}
+
+func (x *Load) GetCompressWorkers() int32 {
+	if x != nil {
+		return x.CompressWorkers
+	}
+	return 0
+}
+
+func (x *Load) GetImageTaskSeconds() map[string]float64 {
+	if x != nil {
+		return x.ImageTaskSeconds
+	}
+	return nil
+}
+
+func (x *Load) GetImageTaskCpuSeconds() map[string]float64 {
+	if x != nil {
+		return x.ImageTaskCpuSeconds
+	}
+	return nil
 }
 
 type RegisterRequest struct {
@@ -2485,7 +2515,7 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1d\n" +
 	"\n" +
 	"admin_addr\x18\b \x01(\tR\tadminAddr\x12\x1a\n" +
-	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\xed\x05\n" +
+	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\xd9\b\n" +
 	"\x04Load\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\x05R\binFlight\x12\x19\n" +
@@ -2508,8 +2538,17 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\x0eadmit_fraction\x18  \x01(\x01R\radmitFraction\x12+\n" +
 	"\x12store_writes_per_s\x18! \x01(\x01R\x0fstoreWritesPerS\x12%\n" +
 	"\x0fbytes_out_per_s\x18\" \x01(\x01R\fbytesOutPerS\x12'\n" +
-	"\x0fcompress_demand\x18# \x01(\x01R\x0ecompressDemand\x1a9\n" +
+	"\x0fcompress_demand\x18# \x01(\x01R\x0ecompressDemand\x12)\n" +
+	"\x10compress_workers\x18$ \x01(\x05R\x0fcompressWorkers\x12S\n" +
+	"\x12image_task_seconds\x18% \x03(\v2%.willow.v1.Load.ImageTaskSecondsEntryR\x10imageTaskSeconds\x12]\n" +
+	"\x16image_task_cpu_seconds\x18& \x03(\v2(.willow.v1.Load.ImageTaskCpuSecondsEntryR\x13imageTaskCpuSeconds\x1a9\n" +
 	"\vGaugesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aC\n" +
+	"\x15ImageTaskSecondsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aF\n" +
+	"\x18ImageTaskCpuSecondsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\":\n" +
 	"\x0fRegisterRequest\x12'\n" +
@@ -2725,7 +2764,7 @@ func file_willow_v1_master_proto_rawDescGZIP() []byte {
 	return file_willow_v1_master_proto_rawDescData
 }
 
-var file_willow_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_willow_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_willow_v1_master_proto_goTypes = []any{
 	(*NodeInfo)(nil),              // 0: willow.v1.NodeInfo
 	(*Load)(nil),                  // 1: willow.v1.Load
@@ -2762,76 +2801,80 @@ var file_willow_v1_master_proto_goTypes = []any{
 	(*ListSchedulesResponse)(nil), // 32: willow.v1.ListSchedulesResponse
 	(*CancelScheduleRequest)(nil), // 33: willow.v1.CancelScheduleRequest
 	nil,                           // 34: willow.v1.Load.GaugesEntry
-	nil,                           // 35: willow.v1.SetFlexRequest.KnobsEntry
-	nil,                           // 36: willow.v1.FlexAutoStatus.SignalsEntry
-	nil,                           // 37: willow.v1.ScheduledChange.KnobsEntry
-	(*FlexState)(nil),             // 38: willow.v1.FlexState
-	(*Drill)(nil),                 // 39: willow.v1.Drill
+	nil,                           // 35: willow.v1.Load.ImageTaskSecondsEntry
+	nil,                           // 36: willow.v1.Load.ImageTaskCpuSecondsEntry
+	nil,                           // 37: willow.v1.SetFlexRequest.KnobsEntry
+	nil,                           // 38: willow.v1.FlexAutoStatus.SignalsEntry
+	nil,                           // 39: willow.v1.ScheduledChange.KnobsEntry
+	(*FlexState)(nil),             // 40: willow.v1.FlexState
+	(*Drill)(nil),                 // 41: willow.v1.Drill
 }
 var file_willow_v1_master_proto_depIdxs = []int32{
 	34, // 0: willow.v1.Load.gauges:type_name -> willow.v1.Load.GaugesEntry
-	0,  // 1: willow.v1.RegisterRequest.node:type_name -> willow.v1.NodeInfo
-	38, // 2: willow.v1.RegisterResponse.flex:type_name -> willow.v1.FlexState
-	0,  // 3: willow.v1.HeartbeatRequest.node:type_name -> willow.v1.NodeInfo
-	1,  // 4: willow.v1.HeartbeatRequest.load:type_name -> willow.v1.Load
-	39, // 5: willow.v1.HeartbeatResponse.drills:type_name -> willow.v1.Drill
-	7,  // 6: willow.v1.RouteResponse.primary:type_name -> willow.v1.Endpoint
-	7,  // 7: willow.v1.RouteResponse.secondary:type_name -> willow.v1.Endpoint
-	38, // 8: willow.v1.RouteResponse.flex:type_name -> willow.v1.FlexState
-	38, // 9: willow.v1.WatchEvent.flex:type_name -> willow.v1.FlexState
-	39, // 10: willow.v1.WatchEvent.drills:type_name -> willow.v1.Drill
-	35, // 11: willow.v1.SetFlexRequest.knobs:type_name -> willow.v1.SetFlexRequest.KnobsEntry
-	38, // 12: willow.v1.SetFlexResponse.flex:type_name -> willow.v1.FlexState
-	38, // 13: willow.v1.SetFlexResponse.previous:type_name -> willow.v1.FlexState
-	16, // 14: willow.v1.FlexHistoryResponse.entries:type_name -> willow.v1.AuditEntry
-	0,  // 15: willow.v1.NodeStatus.node:type_name -> willow.v1.NodeInfo
-	1,  // 16: willow.v1.NodeStatus.load:type_name -> willow.v1.Load
-	19, // 17: willow.v1.ListNodesResponse.nodes:type_name -> willow.v1.NodeStatus
-	39, // 18: willow.v1.SetDrillRequest.drill:type_name -> willow.v1.Drill
-	39, // 19: willow.v1.SetDrillResponse.drill:type_name -> willow.v1.Drill
-	39, // 20: willow.v1.ListDrillsResponse.drills:type_name -> willow.v1.Drill
-	27, // 21: willow.v1.FlexAutoStatus.rules:type_name -> willow.v1.AutoRuleStatus
-	36, // 22: willow.v1.FlexAutoStatus.signals:type_name -> willow.v1.FlexAutoStatus.SignalsEntry
-	37, // 23: willow.v1.ScheduledChange.knobs:type_name -> willow.v1.ScheduledChange.KnobsEntry
-	29, // 24: willow.v1.ScheduleFlexRequest.change:type_name -> willow.v1.ScheduledChange
-	29, // 25: willow.v1.ListSchedulesResponse.schedules:type_name -> willow.v1.ScheduledChange
-	2,  // 26: willow.v1.Master.Register:input_type -> willow.v1.RegisterRequest
-	4,  // 27: willow.v1.Master.Heartbeat:input_type -> willow.v1.HeartbeatRequest
-	6,  // 28: willow.v1.Master.Route:input_type -> willow.v1.RouteRequest
-	9,  // 29: willow.v1.Master.Watch:input_type -> willow.v1.WatchRequest
-	11, // 30: willow.v1.Master.GetFlex:input_type -> willow.v1.GetFlexRequest
-	12, // 31: willow.v1.Master.SetFlex:input_type -> willow.v1.SetFlexRequest
-	14, // 32: willow.v1.Master.RollbackFlex:input_type -> willow.v1.RollbackFlexRequest
-	15, // 33: willow.v1.Master.FlexHistory:input_type -> willow.v1.FlexHistoryRequest
-	18, // 34: willow.v1.Master.ListNodes:input_type -> willow.v1.ListNodesRequest
-	21, // 35: willow.v1.Master.SetDrill:input_type -> willow.v1.SetDrillRequest
-	23, // 36: willow.v1.Master.ListDrills:input_type -> willow.v1.ListDrillsRequest
-	25, // 37: willow.v1.Master.GetFlexAuto:input_type -> willow.v1.GetFlexAutoRequest
-	26, // 38: willow.v1.Master.SetFlexAuto:input_type -> willow.v1.SetFlexAutoRequest
-	30, // 39: willow.v1.Master.ScheduleFlex:input_type -> willow.v1.ScheduleFlexRequest
-	31, // 40: willow.v1.Master.ListSchedules:input_type -> willow.v1.ListSchedulesRequest
-	33, // 41: willow.v1.Master.CancelSchedule:input_type -> willow.v1.CancelScheduleRequest
-	3,  // 42: willow.v1.Master.Register:output_type -> willow.v1.RegisterResponse
-	5,  // 43: willow.v1.Master.Heartbeat:output_type -> willow.v1.HeartbeatResponse
-	8,  // 44: willow.v1.Master.Route:output_type -> willow.v1.RouteResponse
-	10, // 45: willow.v1.Master.Watch:output_type -> willow.v1.WatchEvent
-	38, // 46: willow.v1.Master.GetFlex:output_type -> willow.v1.FlexState
-	13, // 47: willow.v1.Master.SetFlex:output_type -> willow.v1.SetFlexResponse
-	13, // 48: willow.v1.Master.RollbackFlex:output_type -> willow.v1.SetFlexResponse
-	17, // 49: willow.v1.Master.FlexHistory:output_type -> willow.v1.FlexHistoryResponse
-	20, // 50: willow.v1.Master.ListNodes:output_type -> willow.v1.ListNodesResponse
-	22, // 51: willow.v1.Master.SetDrill:output_type -> willow.v1.SetDrillResponse
-	24, // 52: willow.v1.Master.ListDrills:output_type -> willow.v1.ListDrillsResponse
-	28, // 53: willow.v1.Master.GetFlexAuto:output_type -> willow.v1.FlexAutoStatus
-	28, // 54: willow.v1.Master.SetFlexAuto:output_type -> willow.v1.FlexAutoStatus
-	29, // 55: willow.v1.Master.ScheduleFlex:output_type -> willow.v1.ScheduledChange
-	32, // 56: willow.v1.Master.ListSchedules:output_type -> willow.v1.ListSchedulesResponse
-	29, // 57: willow.v1.Master.CancelSchedule:output_type -> willow.v1.ScheduledChange
-	42, // [42:58] is the sub-list for method output_type
-	26, // [26:42] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	35, // 1: willow.v1.Load.image_task_seconds:type_name -> willow.v1.Load.ImageTaskSecondsEntry
+	36, // 2: willow.v1.Load.image_task_cpu_seconds:type_name -> willow.v1.Load.ImageTaskCpuSecondsEntry
+	0,  // 3: willow.v1.RegisterRequest.node:type_name -> willow.v1.NodeInfo
+	40, // 4: willow.v1.RegisterResponse.flex:type_name -> willow.v1.FlexState
+	0,  // 5: willow.v1.HeartbeatRequest.node:type_name -> willow.v1.NodeInfo
+	1,  // 6: willow.v1.HeartbeatRequest.load:type_name -> willow.v1.Load
+	41, // 7: willow.v1.HeartbeatResponse.drills:type_name -> willow.v1.Drill
+	7,  // 8: willow.v1.RouteResponse.primary:type_name -> willow.v1.Endpoint
+	7,  // 9: willow.v1.RouteResponse.secondary:type_name -> willow.v1.Endpoint
+	40, // 10: willow.v1.RouteResponse.flex:type_name -> willow.v1.FlexState
+	40, // 11: willow.v1.WatchEvent.flex:type_name -> willow.v1.FlexState
+	41, // 12: willow.v1.WatchEvent.drills:type_name -> willow.v1.Drill
+	37, // 13: willow.v1.SetFlexRequest.knobs:type_name -> willow.v1.SetFlexRequest.KnobsEntry
+	40, // 14: willow.v1.SetFlexResponse.flex:type_name -> willow.v1.FlexState
+	40, // 15: willow.v1.SetFlexResponse.previous:type_name -> willow.v1.FlexState
+	16, // 16: willow.v1.FlexHistoryResponse.entries:type_name -> willow.v1.AuditEntry
+	0,  // 17: willow.v1.NodeStatus.node:type_name -> willow.v1.NodeInfo
+	1,  // 18: willow.v1.NodeStatus.load:type_name -> willow.v1.Load
+	19, // 19: willow.v1.ListNodesResponse.nodes:type_name -> willow.v1.NodeStatus
+	41, // 20: willow.v1.SetDrillRequest.drill:type_name -> willow.v1.Drill
+	41, // 21: willow.v1.SetDrillResponse.drill:type_name -> willow.v1.Drill
+	41, // 22: willow.v1.ListDrillsResponse.drills:type_name -> willow.v1.Drill
+	27, // 23: willow.v1.FlexAutoStatus.rules:type_name -> willow.v1.AutoRuleStatus
+	38, // 24: willow.v1.FlexAutoStatus.signals:type_name -> willow.v1.FlexAutoStatus.SignalsEntry
+	39, // 25: willow.v1.ScheduledChange.knobs:type_name -> willow.v1.ScheduledChange.KnobsEntry
+	29, // 26: willow.v1.ScheduleFlexRequest.change:type_name -> willow.v1.ScheduledChange
+	29, // 27: willow.v1.ListSchedulesResponse.schedules:type_name -> willow.v1.ScheduledChange
+	2,  // 28: willow.v1.Master.Register:input_type -> willow.v1.RegisterRequest
+	4,  // 29: willow.v1.Master.Heartbeat:input_type -> willow.v1.HeartbeatRequest
+	6,  // 30: willow.v1.Master.Route:input_type -> willow.v1.RouteRequest
+	9,  // 31: willow.v1.Master.Watch:input_type -> willow.v1.WatchRequest
+	11, // 32: willow.v1.Master.GetFlex:input_type -> willow.v1.GetFlexRequest
+	12, // 33: willow.v1.Master.SetFlex:input_type -> willow.v1.SetFlexRequest
+	14, // 34: willow.v1.Master.RollbackFlex:input_type -> willow.v1.RollbackFlexRequest
+	15, // 35: willow.v1.Master.FlexHistory:input_type -> willow.v1.FlexHistoryRequest
+	18, // 36: willow.v1.Master.ListNodes:input_type -> willow.v1.ListNodesRequest
+	21, // 37: willow.v1.Master.SetDrill:input_type -> willow.v1.SetDrillRequest
+	23, // 38: willow.v1.Master.ListDrills:input_type -> willow.v1.ListDrillsRequest
+	25, // 39: willow.v1.Master.GetFlexAuto:input_type -> willow.v1.GetFlexAutoRequest
+	26, // 40: willow.v1.Master.SetFlexAuto:input_type -> willow.v1.SetFlexAutoRequest
+	30, // 41: willow.v1.Master.ScheduleFlex:input_type -> willow.v1.ScheduleFlexRequest
+	31, // 42: willow.v1.Master.ListSchedules:input_type -> willow.v1.ListSchedulesRequest
+	33, // 43: willow.v1.Master.CancelSchedule:input_type -> willow.v1.CancelScheduleRequest
+	3,  // 44: willow.v1.Master.Register:output_type -> willow.v1.RegisterResponse
+	5,  // 45: willow.v1.Master.Heartbeat:output_type -> willow.v1.HeartbeatResponse
+	8,  // 46: willow.v1.Master.Route:output_type -> willow.v1.RouteResponse
+	10, // 47: willow.v1.Master.Watch:output_type -> willow.v1.WatchEvent
+	40, // 48: willow.v1.Master.GetFlex:output_type -> willow.v1.FlexState
+	13, // 49: willow.v1.Master.SetFlex:output_type -> willow.v1.SetFlexResponse
+	13, // 50: willow.v1.Master.RollbackFlex:output_type -> willow.v1.SetFlexResponse
+	17, // 51: willow.v1.Master.FlexHistory:output_type -> willow.v1.FlexHistoryResponse
+	20, // 52: willow.v1.Master.ListNodes:output_type -> willow.v1.ListNodesResponse
+	22, // 53: willow.v1.Master.SetDrill:output_type -> willow.v1.SetDrillResponse
+	24, // 54: willow.v1.Master.ListDrills:output_type -> willow.v1.ListDrillsResponse
+	28, // 55: willow.v1.Master.GetFlexAuto:output_type -> willow.v1.FlexAutoStatus
+	28, // 56: willow.v1.Master.SetFlexAuto:output_type -> willow.v1.FlexAutoStatus
+	29, // 57: willow.v1.Master.ScheduleFlex:output_type -> willow.v1.ScheduledChange
+	32, // 58: willow.v1.Master.ListSchedules:output_type -> willow.v1.ListSchedulesResponse
+	29, // 59: willow.v1.Master.CancelSchedule:output_type -> willow.v1.ScheduledChange
+	44, // [44:60] is the sub-list for method output_type
+	28, // [28:44] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_willow_v1_master_proto_init() }
@@ -2846,7 +2889,7 @@ func file_willow_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_willow_v1_master_proto_rawDesc), len(file_willow_v1_master_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
