@@ -305,44 +305,76 @@ rules:
 }
 
 // TestShippedPolicyRehearsal runs the shipped policy over the signal
-// series the rehearsal showed (docs/capacity.md): the evening's backlog
-// takes normal to blue, blue does not keep up for 30 s so yellow, yellow
-// empties the queue (demand 0.5) while uploads arrive at 4.5/s and holds,
-// and after the peak it comes down one level at a time.
+// series of the rehearsal at 19:38 UTC (docs/capacity.md; load 9-12, so a
+// photo held a worker about 2 s at normal, 0.45 s at blue): the forecast
+// at normal crosses 0.6 early in the ramp, before any queue, so blue; at
+// blue the forecast at blue's codec passes 0.7 late in the ramp, so yellow
+// 10 s later; yellow holds through the peak, where the forecast swings
+// between its thresholds and yellow has emptied the compress queue; after
+// the peak it comes down one level at a time. The steady profile's series
+// (the forecast at normal between 0.2 and 0.55) never steps.
 func TestShippedPolicyRehearsal(t *testing.T) {
 	s := newSim(t, string(shippedAutoPolicy))
-	sig := func(demand, rate float64) func(int) map[string]float64 {
-		backlog, queue := 6.0, 5000.0 // below their rules' thresholds
+	sig := func(fcNormal, fc, demand, rate float64) func(int) map[string]float64 {
+		backlog, queue := 4.0, 3000.0 // below their rules' thresholds
 		if demand < 1 {
-			backlog, queue = 0, 0 // yellow emptied the queue
+			backlog, queue = 0, 0
 		}
-		return constSig(map[string]float64{SignalCompressDemand: demand, SignalUploadRate: rate,
+		return constSig(map[string]float64{SignalCompressForecastNormal: fcNormal, SignalCompressForecast: fc,
+			SignalCompressDemand: demand, SignalUploadRate: rate, SignalUploadArrivals: rate,
 			SignalCompressBacklog: backlog, SignalCompressQueueP99: queue})
 	}
-	s.run(10*time.Second, sig(1.2, 0.5))
-	s.run(6*time.Second, sig(3.2, 0.6))
+	s.run(20*time.Second, sig(0.4, 0.4, 0.5, 0.5)) // evening
+	s.run(3*time.Second, sig(0.66, 0.66, 0.9, 0.6))
+	if s.levels() != "" {
+		t.Fatalf("steps %q before the dwell", s.levels())
+	}
+	s.run(time.Second, sig(0.66, 0.66, 0.9, 0.6))
+	if s.levels() != "blue" || s.steps[0].Reason != "compress-forecast: compress forecast at normal (worker share) 0.66 > 0.6 for 3 s" {
+		t.Fatalf("steps %q (%+v), want blue on the forecast", s.levels(), s.steps)
+	}
+	// The ramp at blue: normal would be overloaded (1.3), blue's codec
+	// keeps up (0.4), the queue normal left drains.
+	s.run(20*time.Second, sig(1.3, 0.4, 2.2, 1.7))
+	s.run(9*time.Second, sig(1.5, 0.9, 2.8, 3))
 	if s.levels() != "blue" {
-		t.Fatalf("steps %q, want blue", s.levels())
+		t.Fatalf("steps %q: yellow before 10 s", s.levels())
 	}
-	s.run(29*time.Second, sig(4, 1.5))
-	if s.levels() != "blue" {
-		t.Fatalf("steps %q: yellow before blue had 30 s", s.levels())
+	s.run(2*time.Second, sig(1.7, 1.06, 3.2, 4.2))
+	if s.levels() != "blue,yellow" || !strings.HasPrefix(s.steps[1].Reason, "compress-forecast-high: compress forecast (worker share) 1.06 > 0.7 for 10 s") {
+		t.Fatalf("steps %q (%+v), want yellow on the forecast at blue", s.levels(), s.steps)
 	}
-	s.run(2*time.Second, sig(4.5, 2))
-	if s.levels() != "blue,yellow" {
-		t.Fatalf("steps %q, want blue,yellow", s.levels())
-	}
-	s.run(90*time.Second, sig(0.5, 4.5))
+	// The peak at yellow: the forecast swings 0.5-1, the queue is empty.
+	s.run(60*time.Second, func(i int) map[string]float64 {
+		fc := []float64{0.92, 0.58, 0.51, 0.55, 0.81, 0.68, 0.89, 0.97, 1.04}[i%9]
+		return sig(fc*1.6, fc, 0.6, 4.5)(i)
+	})
 	if s.levels() != "blue,yellow" {
 		t.Fatalf("yellow did not hold through the peak: %s", s.levels())
 	}
-	s.run(31*time.Second, sig(0.5, 0.5))
+	// After the peak: yellow to blue once the rate stayed under the hold
+	// for 30 s, to normal a cooldown later.
+	s.run(29*time.Second, sig(0.1, 0.05, 0.5, 0.3))
+	if s.levels() != "blue,yellow" {
+		t.Fatalf("steps %q, want yellow for the hold's 30 s", s.levels())
+	}
+	s.run(2*time.Second, sig(0.1, 0.05, 0.5, 0.3))
 	if s.levels() != "blue,yellow,blue" {
 		t.Fatalf("steps %q, want yellow to blue 30 s after the peak", s.levels())
 	}
-	s.run(2*time.Minute, sig(0.5, 0.5))
+	s.run(2*time.Minute, sig(0.1, 0.05, 0.5, 0.3))
 	if s.levels() != "blue,yellow,blue,normal" {
 		t.Fatalf("steps %q, want back to normal", s.levels())
+	}
+	// Steady: the forecast at normal wanders 0.2-0.55 (a 10 s average of
+	// arrivals at 0.5/s, photos of 1-2 s on two workers): no step.
+	s = newSim(t, string(shippedAutoPolicy))
+	s.run(10*time.Minute, func(i int) map[string]float64 {
+		fc := []float64{0.25, 0.33, 0.54, 0.41, 0.22, 0.31, 0.55, 0.5, 0.38, 0.2, 0.29}[i%11]
+		return sig(fc, fc, 0.6, 0.5)(i)
+	})
+	if s.levels() != "" {
+		t.Fatalf("steady stepped: %s", s.levels())
 	}
 }
 
@@ -423,6 +455,9 @@ func TestAutoPolicyValidation(t *testing.T) {
 		{"manual_hold: soon\n" + rule(""), "manual_hold: \"soon\" is not a duration"},
 		{"rules: []", "rules: at least one rule"},
 		{rule(", signal: cpu"), "rules[0].signal: unknown signal \"cpu\""},
+		{rule(", signal: forecast"), "rules[0].signal: unknown signal \"forecast\" (signals: compress_backlog, compress_demand, compress_forecast, compress_forecast_normal,"},
+		{"rules:\n  - {name: f, signal: compress_forecast_normal, above: 0.6, below: 0.6, dwell: 3s, level: blue}", "rules[0].below: 0.6 must be under above (0.6)"},
+		{"rules:\n  - {name: f, signal: compress_forecast, above: -0.5, below: 0, dwell: 3s, level: yellow}", "rules[0].above: required, a number >= 0"},
 		{"rules:\n  - {name: a, signal: compress_backlog, below: 1, dwell: 1s, level: blue}", "rules[0].above: required"},
 		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 6, dwell: 1s, level: blue}", "rules[0].below: 6 must be under above (5)"},
 		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, level: blue}", "rules[0].dwell: required"},
