@@ -22,16 +22,19 @@ type fanoutPoint struct {
 }
 
 // fanoutCurve by Redis deployment: "server" (one redis-server) and
-// "cluster" (3 masters). Session 5's code (one Lua ZADD a follower from a
-// per-slot sequence, 1000-follower pipelines in flight): "server" the
-// medians of four runs at load 5-7 (2026-12-01 17:43 UTC), "cluster" one
-// run at load ~25 (BENCHMARKS.md "Session 5").
+// "cluster" (3 masters). "server": session 5's rows (one Lua ZADD a
+// follower from a per-slot sequence, 1000-follower pipelines in flight;
+// medians of four runs at load 5-7, 2026-12-01 17:43 UTC); session 6's
+// script changes left its Redis time unchanged in an A/B at load 11-15,
+// so the quieter rows stay. "cluster": session 6's code (one script a
+// master): F=10 and 100 from the full run at load 15-17, F=1000 and 5000
+// the medians of three runs at load 11-17 (BENCHMARKS.md "Session 6").
 var fanoutCurve = map[string][]fanoutPoint{
 	"server": {
 		{10, 1.0, 1.4, 4.1}, {100, 1.8, 2.1, 4.1}, {1000, 11.3, 16, 5.1}, {5000, 49, 61, 10.4},
 	},
 	"cluster": {
-		{10, 1.9, 2.7, 6.4}, {100, 8.0, 14, 6.4}, {1000, 75, 243, 8.0}, {5000, 454, 837, 22},
+		{10, 1.4, 1.9, 6.8}, {100, 11, 19, 6.9}, {1000, 28, 68, 8.0}, {5000, 179, 317, 21.8},
 	},
 }
 
