@@ -146,6 +146,9 @@ type hitConn struct {
 	br  *bufio.Reader // reads c
 	hdr []byte        // the response header being built
 	out hitWrite
+	// admitted: the request being handed to net/http was admitted here
+	// (a sliced miss): serveHTTP does not admit it again.
+	admitted bool
 }
 
 func (c *hitConn) serve() {
@@ -202,8 +205,10 @@ func (c *hitConn) readHead() ([]byte, error) {
 
 var crlf2 = []byte("\r\n\r\n")
 
-// answer answers one request whose head is in the buffer, or returns
-// errHandOff (the head left unread) when it is not a plain cached hit.
+// answer answers one request whose head is in the buffer (a hit, a miss
+// filled here, an error after admission), or returns errHandOff (the head
+// left unread) for net/http: anything parseHitHead or prepare does not
+// take, and sliced objects.
 func (c *hitConn) answer(head []byte) error {
 	hr, ok := parseHitHead(head)
 	if !ok {
@@ -222,21 +227,34 @@ func (c *hitConn) answer(head []byte) error {
 	if err != nil {
 		return errHandOff // serveHTTP answers it, the same way
 	}
-	o, tier, ok := s.cachedHit(rq)
-	if !ok {
-		return errHandOff
-	}
 	method := http.MethodGet
 	if hr.head {
 		method = http.MethodHead
 	}
-	c.br.Discard(len(head))
+	o, tier, cached := s.cachedHit(rq)
 	if err := s.admit(rq.who.business, rq.who.user); err != nil {
-		rec := newBufferedResponse()
-		writeError(rec, err)
-		s.m.http.done(rec.code, method, start)
-		return c.writeBuffered(rec, start)
+		c.br.Discard(len(head))
+		return c.writeError(err, method, start)
 	}
+	if !cached {
+		// A miss, filled here as serveHTTP fills it, so that the
+		// connection stays on the hit path.
+		o, tier, err = s.lookup(context.Background(), rq)
+		if err == nil {
+			o, tier, err = s.represent(context.Background(), rq, o, tier)
+		}
+		if err == nil && o.sliced {
+			// ServeContent reads the slices: net/http answers it,
+			// without admitting it a second time.
+			c.admitted = true
+			return errHandOff
+		}
+		if err != nil {
+			c.br.Discard(len(head))
+			return c.writeError(err, method, start)
+		}
+	}
+	c.br.Discard(len(head))
 	s.m.hit(tier)
 	c.h.served.Add(1)
 	n, err := c.writeHit(rq, o, signed, hr.head, start)
@@ -299,6 +317,14 @@ func (c *hitConn) write() (int64, error) {
 	return c.out.WriteTo(c.c)
 }
 
+// writeError answers a request with err, through writeError.
+func (c *hitConn) writeError(err error, method string, start time.Time) error {
+	rec := newBufferedResponse()
+	writeError(rec, err)
+	c.h.s.m.http.done(rec.code, method, start)
+	return c.writeBuffered(rec, start)
+}
+
 // writeBuffered writes a response a handler wrote into rec.
 func (c *hitConn) writeBuffered(rec *bufferedResponse, now time.Time) error {
 	b := append(c.hdr[:0], "HTTP/1.1 "...)
@@ -326,7 +352,9 @@ func (c *hitConn) drop() {
 func (c *hitConn) handOff() {
 	c.h.untrack(c)
 	c.c.SetReadDeadline(time.Time{}) // net/http sets its own
-	if !c.h.handoff.give(&handoffConn{Conn: c.c, br: c.br}) {
+	hc := &handoffConn{Conn: c.c, br: c.br}
+	hc.admitted.Store(c.admitted)
+	if !c.h.handoff.give(hc) {
 		c.c.Close()
 	}
 }
@@ -623,8 +651,19 @@ func (l *handoffListener) give(c net.Conn) bool {
 // the hit path had read first.
 type handoffConn struct {
 	net.Conn
-	mu sync.Mutex // guards br
-	br *bufio.Reader
+	mu       sync.Mutex // guards br
+	br       *bufio.Reader
+	admitted atomic.Bool // its first request was admitted by the hit path
+}
+
+type handoffKey struct{}
+
+// admittedByHitPath reports whether the request of ctx is the first one
+// of a connection the hit path handed over after admitting it (true once
+// per such connection).
+func admittedByHitPath(ctx context.Context) bool {
+	hc, ok := ctx.Value(handoffKey{}).(*handoffConn)
+	return ok && hc.admitted.CompareAndSwap(true, false)
 }
 
 func (c *handoffConn) Read(p []byte) (int, error) {

@@ -124,7 +124,9 @@ func TestHitPathHandsOff(t *testing.T) {
 	data := payload(5000, 5)
 	id := put(t, st, media.LocStore, 1, media.VariantMedium, "image/heic", data)
 	cold := put(t, st, media.LocStore, 2, media.VariantMedium, "image/heic", payload(4000, 6))
-	e := startEdge(t, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	big := payload(200<<10, 7) // sliced: SliceBytes below
+	sliced := put(t, st, media.LocStore, 3, media.VariantMedium, "image/heic", big)
+	e := startEdge(t, "edge-a-1", edgecache.Config{SliceBytes: 64 << 10}, edgecache.Deps{Store: st})
 	p := path(id, media.VariantMedium)
 	get(t, e.url+p, nil)
 	ok := func(c *rawConn, what string) {
@@ -137,46 +139,62 @@ func TestHitPathHandsOff(t *testing.T) {
 	for _, tc := range []struct {
 		name, req string
 		check     func(*http.Response, []byte) bool
+		hitPath   bool // answered by the hit path, the connection kept
 	}{
 		{"range", rawGet(p, "Range: bytes=10-19\r\n"), func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 206 && bytes.Equal(b, data[10:20])
-		}},
+		}, false},
 		{"if-none-match", rawGet(p, "If-None-Match: "+etagOfHit(t, e, p)+"\r\n"), func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 304
-		}},
+		}, false},
 		{"miss", rawGet(path(cold, media.VariantMedium)), func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 200 && len(b) == 4000
-		}},
+		}, true},
+		{"unknown id", rawGet(path(media.ID{Loc: media.LocStore, Region: "a", Node: "n", Key: strings.Repeat("ab", 16)}, media.VariantMedium)),
+			func(r *http.Response, b []byte) bool {
+				return r.StatusCode == 404 && bytes.Contains(b, []byte("not_found"))
+			}, true},
+		{"sliced miss", rawGet(path(sliced, media.VariantMedium)), func(r *http.Response, b []byte) bool {
+			return r.StatusCode == 200 && bytes.Equal(b, big)
+		}, false},
 		{"bad id", rawGet("/m/nope/medium"), func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 400 && bytes.Contains(b, []byte("bad_id"))
-		}},
+		}, false},
 		{"escaped path", rawGet("/m/" + id.String() + "%2Fmedium"), func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 200 && bytes.Equal(b, data) // net/http unescapes it
-		}},
-		{"unknown path", rawGet("/x"), func(r *http.Response, b []byte) bool { return r.StatusCode == 404 }},
+		}, false},
+		{"unknown path", rawGet("/x"), func(r *http.Response, b []byte) bool { return r.StatusCode == 404 }, false},
 		{"post", "POST " + p + " HTTP/1.1\r\nHost: edge\r\nContent-Length: 2\r\n\r\nhi", func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 405
-		}},
+		}, false},
 		{"bad format", rawGet(p + "?format=gif"), func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 400 && bytes.Contains(b, []byte("bad_format"))
-		}},
+		}, false},
 		{"header line without colon", rawGet(p, "Nonsense\r\n"), func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 400
-		}},
-		{"two hosts", rawGet(p, "Host: other\r\n"), func(r *http.Response, b []byte) bool { return r.StatusCode == 400 }},
+		}, false},
+		{"two hosts", rawGet(p, "Host: other\r\n"), func(r *http.Response, b []byte) bool { return r.StatusCode == 400 }, false},
 		{"expect", rawGet(p, "Expect: 100-continue\r\n"), func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 200 && bytes.Equal(b, data)
-		}},
+		}, false},
 		{"long head", rawGet(p, "X-Pad: "+strings.Repeat("a", 8000)+"\r\n"), func(r *http.Response, b []byte) bool {
 			return r.StatusCode == 200 && bytes.Equal(b, data)
-		}},
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			served := edgecache.HitPathServed(e.srv)
 			defer func() {
-				// The two hits before the odd request; net/http the rest.
-				if n := edgecache.HitPathServed(e.srv) - served; n != 2 {
-					t.Errorf("%d requests answered by the hit path, want 2", n)
+				// The two hits before the odd request; net/http the rest,
+				// or the hit path all five.
+				want := int64(2)
+				if tc.hitPath {
+					want = 4 // the error is not counted as served
+					if tc.name == "miss" {
+						want = 5
+					}
+				}
+				if n := edgecache.HitPathServed(e.srv) - served; n != want {
+					t.Errorf("%d requests answered by the hit path, want %d", n, want)
 				}
 			}()
 			c := dialRaw(t, e)
@@ -275,5 +293,58 @@ func TestHitPathStops(t *testing.T) {
 	}
 	if _, err := c.br.ReadByte(); err != io.EOF {
 		t.Errorf("idle hit-path connection after stop: %v, want EOF", err)
+	}
+}
+
+// BenchmarkHitPath measures a cached 100 KiB hit through the hit path on
+// one keep-alive loopback connection (a raw client that allocates
+// nothing, so allocs/op are the edge's).
+//
+//	go test -run '^$' -bench HitPath -benchmem ./edgecache
+func BenchmarkHitPath(b *testing.B) {
+	for _, disk := range []bool{false, true} {
+		b.Run(map[bool]string{false: "memory", true: "sendfile"}[disk], func(b *testing.B) {
+			st := newStore(b)
+			data := payload(100<<10, 1)
+			id := put(b, st, media.LocStore, 1, media.VariantMedium, "image/heic", data)
+			cfg := edgecache.Config{}
+			if disk {
+				cfg.DiskDir = b.TempDir()
+			}
+			e := startEdge(b, "edge-a-1", cfg, edgecache.Deps{Store: st})
+			c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			req := []byte(rawGet(path(id, media.VariantMedium), "User-Agent: bench\r\n"))
+			buf := make([]byte, 256<<10)
+			hit := func() {
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				// The header then exactly the body: read until both are in.
+				n, end := 0, -1
+				for end < 0 || n < end+len(data) {
+					m, err := c.Read(buf[n:])
+					if err != nil {
+						b.Fatal(err)
+					}
+					n += m
+					if end < 0 {
+						if i := bytes.Index(buf[:n], []byte("\r\n\r\n")); i >= 0 {
+							end = i + 4
+						}
+					}
+				}
+			}
+			hit() // the fill
+			hit()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				hit()
+			}
+		})
 	}
 }

@@ -47,7 +47,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		rest: rest, query: q, accept: r.Header.Values("Accept"),
 		business: r.Header.Get(HeaderBusiness), user: r.Header.Get(HeaderUser),
 	})
-	if err == nil {
+	if err == nil && !admittedByHitPath(r.Context()) {
 		err = s.admit(rq.who.business, rq.who.user)
 	}
 	var o *object

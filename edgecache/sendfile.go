@@ -113,6 +113,9 @@ type rawConnKey struct{}
 // socket (under node's counting wrapper) goes into its requests' context,
 // for sendBody's TCP_CORK. TLS connections are left alone.
 func connContext(ctx context.Context, c net.Conn) context.Context {
+	if hc, ok := c.(*handoffConn); ok {
+		ctx = context.WithValue(ctx, handoffKey{}, hc)
+	}
 	for {
 		if _, ok := c.(*tls.Conn); ok {
 			return ctx
