@@ -55,6 +55,11 @@
 //     When the node runs the shedding policy (node.Config.Shed), HTTP asks
 //     it (Shedder.Admit: shed_ratio plus priority admission, reason
 //     "overload") and gRPC leaves admission to its interceptor.
+//   - HTTP: plain GET/HEAD downloads (hits and whole-object misses) are
+//     answered by the edge's own HTTP/1.1 hit path (hitpath.go) with
+//     header bytes made once per object and one writev or a sendfile;
+//     any other request hands its connection to net/http, which answers
+//     it and the rest of the connection. Config.NoHitPath turns it off.
 //   - Errors map to HTTP in one place (writeError) and to gRPC in one place
 //     (grpcError): malformed id or variant 400 / INVALID_ARGUMENT "bad_id",
 //     unknown format 400 / INVALID_ARGUMENT "bad_format",
