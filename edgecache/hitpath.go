@@ -322,11 +322,12 @@ func (c *hitConn) writeError(err error, method string, start time.Time) error {
 	rec := newBufferedResponse()
 	writeError(rec, err)
 	c.h.s.m.http.done(rec.code, method, start)
-	return c.writeBuffered(rec, start)
+	return c.writeBuffered(rec, method == http.MethodHead, start)
 }
 
-// writeBuffered writes a response a handler wrote into rec.
-func (c *hitConn) writeBuffered(rec *bufferedResponse, now time.Time) error {
+// writeBuffered writes a response a handler wrote into rec (for HEAD,
+// without its body, as net/http does).
+func (c *hitConn) writeBuffered(rec *bufferedResponse, head bool, now time.Time) error {
 	b := append(c.hdr[:0], "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(rec.code), 10)
 	b = append(append(append(b, ' '), http.StatusText(rec.code)...), "\r\n"...)
@@ -338,6 +339,9 @@ func (c *hitConn) writeBuffered(rec *bufferedResponse, now time.Time) error {
 	w.WriteString("\r\n")
 	c.hdr = w.Bytes()
 	c.out.hdr, c.out.body, c.out.fd, c.out.sent = c.hdr, rec.body.Bytes(), -1, 0
+	if head {
+		c.out.body = nil
+	}
 	_, err := c.write()
 	return err
 }

@@ -260,12 +260,16 @@ func TestHitPathShed(t *testing.T) {
 			t.Fatalf("request %d: %d %v %s", i, resp.StatusCode, resp.Header, b)
 		}
 	}
+	c.send("HEAD " + p + " HTTP/1.1\r\nHost: edge\r\n\r\n")
+	if resp, b := c.read(http.MethodHead); resp.StatusCode != 429 || len(b) != 0 {
+		t.Fatalf("HEAD: %d, %d body bytes", resp.StatusCode, len(b))
+	}
 	c.send(rawGet(p + "?b=ads"))
 	if resp, _ := c.read(http.MethodGet); resp.StatusCode != 200 {
 		t.Fatalf("other business: %d", resp.StatusCode)
 	}
-	if n := counterValue(t, e.node, "willow_edgecache_shed_total", "moments"); n != 2 {
-		t.Errorf("shed_total{moments} %v, want 2 (each refusal counted once)", n)
+	if n := counterValue(t, e.node, "willow_edgecache_shed_total", "moments"); n != 3 {
+		t.Errorf("shed_total{moments} %v, want 3 (each refusal counted once)", n)
 	}
 }
 
