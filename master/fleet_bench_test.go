@@ -156,6 +156,23 @@ func procStat(pid int) (cpu time.Duration, rss int64, err error) {
 	return cpu, rss, nil
 }
 
+// runqueueWait is how long pid's threads have waited for a CPU while
+// runnable (the second field of each thread's schedstat): a process the
+// box's other work starves waits there, one that has nothing to do does
+// not.
+func runqueueWait(pid int) time.Duration {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var wait int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if f := strings.Fields(string(b)); err == nil && len(f) >= 2 {
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			wait += ns
+		}
+	}
+	return time.Duration(wait)
+}
+
 // loadAvg is the box's 1-minute load average (the benchmark reports it:
 // the box may be shared).
 func loadAvg() float64 {
@@ -438,6 +455,7 @@ func benchFleet(b *testing.B, n int) {
 
 	oncall := grpc.PerRPCCredentials(auth.Bearer(fleetOncall))
 	mc := willowv1.NewMasterClient(conns[0])
+	wait0, simWait0 := runqueueWait(pid), runqueueWait(os.Getpid())
 	cpu0, _, err := procStat(pid)
 	if err != nil {
 		b.Fatal(err)
@@ -537,6 +555,7 @@ func benchFleet(b *testing.B, n int) {
 	if profile != "" || heapProfile != "" {
 		stopProfile()
 	}
+	wait1, simWait1 := runqueueWait(pid), runqueueWait(os.Getpid())
 	cpu1, rss, err := procStat(pid)
 	if err != nil {
 		b.Fatal(err)
@@ -564,6 +583,10 @@ func benchFleet(b *testing.B, n int) {
 	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(hbs), "cpu-per-heartbeat-us")
 	b.ReportMetric(float64(cpu1-cpu0)/float64(elapsed), "master-cores")
 	b.ReportMetric(float64(sim1-sim0)/float64(elapsed), "fleet-sim-cores")
+	// Threads waiting for a CPU while runnable, on average: above zero,
+	// the box (not the process's own work) held it back.
+	b.ReportMetric(float64(wait1-wait0)/float64(elapsed), "master-runqueue-wait")
+	b.ReportMetric(float64(simWait1-simWait0)/float64(elapsed), "fleet-sim-runqueue-wait")
 	b.ReportMetric((load0+loadAvg())/2, "box-load-avg")
 	b.ReportMetric(float64(hbs)/elapsed.Seconds(), "heartbeats/s")
 	b.ReportMetric(float64(rss)/(1<<20), "rss-mib")
