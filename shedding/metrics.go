@@ -1,6 +1,9 @@
 package shedding
 
 import (
+	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,7 +15,7 @@ type metrics struct {
 	admitted   []prometheus.Counter
 	rej        []map[string]prometheus.Counter // by reason
 	def        []map[string]prometheus.Counter // by reason
-	queue      []prometheus.Observer
+	queue      *queueHist
 	level      prometheus.Gauge
 	overloaded prometheus.Gauge
 }
@@ -30,11 +33,8 @@ func newMetrics(reg prometheus.Registerer, s *Shedder) (*metrics, error) {
 		Name: "willow_shedding_deferred_total",
 		Help: "Requests of Deferred methods that admission would have shed, handed to the handler, by business and reason.",
 	}, []string{"business", "reason"})
-	queue := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "willow_shedding_queue_seconds",
-		Help:    "Time requests waited for a concurrency slot, by business.",
-		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1},
-	}, []string{"business"})
+	queue := &queueHist{desc: prometheus.NewDesc("willow_shedding_queue_seconds",
+		"Time requests waited for a concurrency slot, by business.", []string{"business"}, nil)}
 	level := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "willow_shedding_admit_level",
 		Help: "Current admission level ((business priority-1)*128 + user priority admitted up to it).",
@@ -63,10 +63,10 @@ func newMetrics(reg prometheus.Registerer, s *Shedder) (*metrics, error) {
 			names[p-1] += "," + b
 		}
 	}
-	m := &metrics{level: level, overloaded: overloaded}
+	queue.init(names)
+	m := &metrics{level: level, overloaded: overloaded, queue: queue}
 	for _, n := range names {
 		m.admitted = append(m.admitted, admitted.WithLabelValues(n))
-		m.queue = append(m.queue, queue.WithLabelValues(n))
 		rj, df := map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
 		for _, r := range []string{ReasonShedRatio, ReasonOverload} {
 			rj[r] = rejected.WithLabelValues(n, r)
@@ -84,12 +84,79 @@ func (m *metrics) rejected(bi int, reason string) { m.rej[bi][reason].Inc() }
 func (m *metrics) deferredShed(bi int, reason string) {
 	m.def[bi][reason].Inc()
 }
-func (m *metrics) queued(bi int, d time.Duration) { m.queue[bi].Observe(d.Seconds()) }
+func (m *metrics) queued(bi int, d time.Duration) { m.queue.observe(bi, d) }
 func (m *metrics) window(level int, overloaded bool) {
 	m.level.Set(float64(level))
 	if overloaded {
 		m.overloaded.Set(1)
 	} else {
 		m.overloaded.Set(0)
+	}
+}
+
+// queueBuckets are the upper bounds of willow_shedding_queue_seconds.
+var queueBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1}
+
+// queueHist is the histogram willow_shedding_queue_seconds by business
+// index. Most requests find a free slot and wait 0 s: such a wait is one
+// atomic add (zero), which a scrape adds to the count and to every bucket
+// (0 is under each bound), instead of a full histogram observation on
+// every call. A real wait (the request queued, so it is slow anyway)
+// takes mu. A scrape shows exactly the histogram a plain Observe of every
+// wait would.
+type queueHist struct {
+	desc  *prometheus.Desc
+	names []string
+	zero  []atomic.Uint64 // waits of 0 s, by business index
+	mu    sync.Mutex
+	waits []histCounts // non-zero waits, by business index; guarded by mu
+}
+
+type histCounts struct {
+	buckets []uint64 // non-cumulative, by queueBuckets index; the last is +Inf
+	count   uint64
+	sum     float64
+}
+
+func (q *queueHist) init(names []string) {
+	q.names = names
+	q.zero = make([]atomic.Uint64, len(names))
+	q.waits = make([]histCounts, len(names))
+	for i := range q.waits {
+		q.waits[i].buckets = make([]uint64, len(queueBuckets)+1)
+	}
+}
+
+func (q *queueHist) observe(bi int, d time.Duration) {
+	if d <= 0 {
+		q.zero[bi].Add(1)
+		return
+	}
+	v := d.Seconds()
+	i := sort.SearchFloat64s(queueBuckets, v) // first bound >= v
+	q.mu.Lock()
+	h := &q.waits[bi]
+	h.buckets[i]++
+	h.count++
+	h.sum += v
+	q.mu.Unlock()
+}
+
+func (q *queueHist) Describe(ch chan<- *prometheus.Desc) { ch <- q.desc }
+
+func (q *queueHist) Collect(ch chan<- prometheus.Metric) {
+	for bi, name := range q.names {
+		zero := q.zero[bi].Load()
+		cum := make(map[float64]uint64, len(queueBuckets))
+		q.mu.Lock()
+		h := q.waits[bi]
+		n := zero
+		for i, ub := range queueBuckets {
+			n += h.buckets[i]
+			cum[ub] = n
+		}
+		count, sum := zero+h.count, h.sum
+		q.mu.Unlock()
+		ch <- prometheus.MustNewConstHistogram(q.desc, count, sum, cum, name)
 	}
 }

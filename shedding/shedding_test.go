@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -338,5 +341,80 @@ func TestKnobChangesApply(t *testing.T) {
 	s.ApplyKnobs(knobs(map[string]float64{"avatar": 0})())
 	if _, ok := s.Admit("avatar", "erin"); !ok {
 		t.Fatal("ApplyKnobs(ratio 0) not in force at once")
+	}
+}
+
+// TestQueueHistogram: willow_shedding_queue_seconds counts every admitted
+// request's slot wait, the calls that found a free slot (0 s, counted
+// apart on the hot path) in every bucket, a real wait in its bucket and
+// the sum, as a plain histogram would.
+func TestQueueHistogram(t *testing.T) {
+	clk := newClock()
+	reg := prometheus.NewRegistry()
+	s, err := shedding.New(shedding.Config{MaxInFlight: 1, MaxWait: 5 * time.Second},
+		shedding.Deps{Now: clk.Now, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(shedding.MDBusiness, "moments", shedding.MDUser, "alice"))
+	for range 3 {
+		_, release, err := s.GateCall(ctx, mWork, nil)
+		if err != nil || release == nil {
+			t.Fatalf("GateCall: release %v, err %v", release != nil, err)
+		}
+		release()
+	}
+	_, hold, err := s.GateCall(ctx, mWork, nil) // a 4th zero wait, keeps the slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, release, err := s.GateCall(ctx, mWork, nil)
+		if release != nil {
+			release()
+		}
+		done <- err
+	}()
+	for s.Waiting() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(3 * time.Millisecond)
+	hold()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h *dto.Histogram
+	for _, mf := range mfs {
+		if mf.GetName() != "willow_shedding_queue_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if strings.Contains(m.GetLabel()[0].GetValue(), "moments") {
+				h = m.GetHistogram()
+			} else if c := m.GetHistogram().GetSampleCount(); c != 0 {
+				t.Errorf("business %q: %d waits, want 0", m.GetLabel()[0].GetValue(), c)
+			}
+		}
+	}
+	if h == nil {
+		t.Fatal("no willow_shedding_queue_seconds series for moments")
+	}
+	if h.GetSampleCount() != 5 || math.Abs(h.GetSampleSum()-0.003) > 1e-9 {
+		t.Errorf("count %d sum %v, want 5 and 0.003", h.GetSampleCount(), h.GetSampleSum())
+	}
+	for _, b := range h.GetBucket() {
+		want := uint64(4)
+		if b.GetUpperBound() >= 0.005 {
+			want = 5
+		}
+		if b.GetCumulativeCount() != want {
+			t.Errorf("bucket le=%v: %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
+		}
 	}
 }
