@@ -257,8 +257,12 @@ func (c *hitConn) answer(head []byte) error {
 	c.br.Discard(len(head))
 	s.m.hit(tier)
 	c.h.served.Add(1)
-	n, err := c.writeHit(rq, o, signed, hr.head, start)
-	s.m.bytesHTTP.Add(float64(n))
+	if !hr.head {
+		// Counted before the client can see the last byte, as net/http's
+		// buffered answers are.
+		s.m.bytesHTTP.Add(float64(len(o.data)))
+	}
+	err = c.writeHit(rq, o, signed, hr.head, start)
 	s.m.http.done(http.StatusOK, method, start)
 	return err
 }
@@ -279,9 +283,8 @@ func (s *Server) cachedHit(rq req) (*object, string, bool) {
 	return o, tier, true
 }
 
-// writeHit writes the response to a hit on o and returns the body bytes
-// written.
-func (c *hitConn) writeHit(rq req, o *object, signed, head bool, now time.Time) (int64, error) {
+// writeHit writes the response to a hit on o.
+func (c *hitConn) writeHit(rq req, o *object, signed, head bool, now time.Time) error {
 	b := append(c.hdr[:0], "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\nCache-Control: "...)
 	if signed {
 		b = append(b, cacheControlPrivate...)
@@ -304,8 +307,8 @@ func (c *hitConn) writeHit(rq req, o *object, signed, head bool, now time.Time) 
 			c.out.fd = f.fd
 		}
 	}
-	n, err := c.write()
-	return max(n-int64(len(b)), 0), err
+	_, err := c.write()
+	return err
 }
 
 // write writes c.out: through the counted connection's ReadFrom, which
