@@ -109,8 +109,10 @@ type Config struct {
 	MirrorTimeout time.Duration `yaml:"mirror_timeout"`
 	// MirrorInterval: inside one stream or request, the staged bytes are
 	// copied to the store at a SyncEvery point only when the last copy
-	// (or the upload's start on this front) is at least this old; the end
-	// of every stream or request copies whatever is new. Default
+	// (or the end of the last stream or request) is at least this old;
+	// the first point of an upload with no session record in the store
+	// always copies, and the end of every stream or request copies
+	// whatever is new. Default
 	// DefaultMirrorInterval; negative: at every SyncEvery point.
 	MirrorInterval time.Duration `yaml:"mirror_interval"`
 	// PollInterval is how often Run looks for due work; default

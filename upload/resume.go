@@ -56,7 +56,8 @@ import (
 const DefaultMirrorTimeout = 10 * time.Second
 
 // DefaultMirrorInterval is Config.MirrorInterval's default: a stream
-// faster than SyncEvery a second copies nothing before its end, and one
+// faster than SyncEvery a second copies only its first point before its
+// end, and one
 // whose front dies resends at most about a second of bytes more to
 // another front than it would with a copy at every SyncEvery point.
 const DefaultMirrorInterval = time.Second
@@ -154,7 +155,8 @@ func (m *mirror) owned(ctx context.Context) error {
 // quietly; the ownership check runs whatever ctx says. point: a SyncEvery
 // point inside a stream, which copies only every MirrorInterval (the
 // ownership check runs at each one once a record is in the store);
-// otherwise the end of a stream or request, which copies what is new.
+// otherwise the end of a stream or request, which copies what is new. The
+// first point of an upload without a record in the store always copies.
 func (m *mirror) durable(ctx context.Context, f *os.File, to int64, point bool) error {
 	if m.moved {
 		return errMoved
@@ -163,12 +165,13 @@ func (m *mirror) durable(ctx context.Context, f *os.File, to int64, point bool) 
 	if to <= m.end || to >= m.meta.Size || now.Before(m.retryAt) {
 		return nil
 	}
-	wait := point && now.Sub(m.lastAt) < m.s.cfg.MirrorInterval
+	// Until a record is in the store every point copies, so an upload
+	// is resumable on another front as soon as its first SyncEvery is
+	// durable, even when its client then stalls with the stream open;
+	// after that, a point copies only every MirrorInterval.
+	wait := point && m.wrote && now.Sub(m.lastAt) < m.s.cfg.MirrorInterval
 	if !point {
 		m.lastAt = now
-	}
-	if wait && !m.wrote {
-		return nil // no record: no other front can have taken it
 	}
 	octx, ocancel := m.s.mirrorCtx()
 	err := m.owned(octx)
