@@ -12,8 +12,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+	"willow/internal/cpustat"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -217,7 +217,7 @@ func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*
 
 	knobs := s.deps.Node.Knobs() // read once: a knob change applies to the next task
 	start := s.cfg.Now()
-	cpu0 := processCPU()
+	cpu0 := cpustat.Process()
 	var outs []Output
 	var cpu time.Duration
 	codec := string(knobs.ImageCodec)
@@ -226,13 +226,13 @@ func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*
 		done := threadCPU()
 		outs, err = s.image(ctx, req, knobs)
 		taskCPU = done()
-		cpu = processCPU() - cpu0
+		cpu = cpustat.Process() - cpu0
 	} else {
 		codec = CodecH264
 		var res VideoResult
 		res, err = s.video(ctx, req, knobs)
 		outs = res.Outputs
-		cpu = processCPU() - cpu0 + res.CPU
+		cpu = cpustat.Process() - cpu0 + res.CPU
 	}
 	s.m.seconds.WithLabelValues(kindName(kind)).Observe(s.cfg.Now().Sub(start).Seconds())
 	s.m.cpu.WithLabelValues(kindName(kind), codec).Add(cpu.Seconds())
@@ -418,14 +418,6 @@ func kindName(k willowv1.Kind) string {
 		return "video"
 	}
 	return "image"
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // queueStats keeps the queueing times of the last second.

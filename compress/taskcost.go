@@ -4,8 +4,8 @@ import (
 	"maps"
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
+	"willow/internal/cpustat"
 )
 
 // taskCostWeight is the weight of one task in the moving averages of a
@@ -64,21 +64,13 @@ func (c *taskCost) snapshot() (wall, cpu map[string]float64) {
 // cannot be read.
 func threadCPU() func() time.Duration {
 	runtime.LockOSThread()
-	t0, ok := threadUsage()
+	t0, ok := cpustat.Thread()
 	return func() time.Duration {
-		t1, ok1 := threadUsage()
+		t1, ok1 := cpustat.Thread()
 		runtime.UnlockOSThread()
 		if !ok || !ok1 || t1 < t0 {
 			return 0
 		}
 		return t1 - t0
 	}
-}
-
-func threadUsage() (time.Duration, bool) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_THREAD, &ru); err != nil {
-		return 0, false
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 	"time"
+	"willow/internal/cpustat"
 )
 
 // TestTaskCost: each codec's seconds per task is its own moving average,
@@ -58,13 +59,13 @@ func TestTaskCost(t *testing.T) {
 // (the loop spins until the thread used 30 ms, however loaded the box).
 func TestThreadCPU(t *testing.T) {
 	done := threadCPU()
-	t0, ok := threadUsage()
+	t0, ok := cpustat.Thread()
 	if !ok {
 		t.Skip("RUSAGE_THREAD not readable here")
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if u, _ := threadUsage(); u-t0 >= 30*time.Millisecond || time.Now().After(deadline) {
+		if u, _ := cpustat.Thread(); u-t0 >= 30*time.Millisecond || time.Now().After(deadline) {
 			break
 		}
 	}

@@ -61,10 +61,7 @@ func (s *Server) Get(req *willowv1.GetRequest, stream willowv1.EdgeCache_GetServ
 		}
 	}
 	rq := reqOf(id, req, format, who, peer)
-	o, tier, err := s.lookup(ctx, rq)
-	if err == nil {
-		o, tier, err = s.represent(ctx, rq, o, tier)
-	}
+	o, tier, err := s.find(ctx, rq)
 	if err != nil {
 		return grpcError(err)
 	}

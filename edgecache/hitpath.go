@@ -239,10 +239,7 @@ func (c *hitConn) answer(head []byte) error {
 	if !cached {
 		// A miss, filled here as serveHTTP fills it, so that the
 		// connection stays on the hit path.
-		o, tier, err = s.lookup(context.Background(), rq)
-		if err == nil {
-			o, tier, err = s.represent(context.Background(), rq, o, tier)
-		}
+		o, tier, err = s.find(context.Background(), rq)
 		if err == nil && o.sliced {
 			// ServeContent reads the slices: net/http answers it,
 			// without admitting it a second time.

@@ -53,10 +53,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	var o *object
 	var tier string
 	if err == nil {
-		o, tier, err = s.lookup(r.Context(), rq)
-	}
-	if err == nil {
-		o, tier, err = s.represent(r.Context(), rq, o, tier)
+		o, tier, err = s.find(r.Context(), rq)
 	}
 	if err != nil {
 		writeError(w, err)

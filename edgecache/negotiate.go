@@ -89,6 +89,16 @@ func isHEIF(ct string) bool {
 	return strings.HasPrefix(ct, "image/heic") || strings.HasPrefix(ct, "image/heif")
 }
 
+// find returns the representation r asks for and its tier: the
+// stored one (filled on a miss), then its format (lookup, represent).
+func (s *Server) find(ctx context.Context, r req) (*object, string, error) {
+	o, tier, err := s.lookup(ctx, r)
+	if err != nil {
+		return nil, "", err
+	}
+	return s.represent(ctx, r, o, tier)
+}
+
 // represent returns the representation of r (its format) whose stored
 // representation is o: o itself, or its JPEG fallback.
 func (s *Server) represent(ctx context.Context, r req, o *object, tier string) (*object, string, error) {

@@ -5,9 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"syscall"
 	"testing"
-	"time"
+	"willow/internal/cpustat"
 
 	"google.golang.org/grpc"
 
@@ -55,23 +54,14 @@ func BenchmarkChain(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu0 := cpuTime()
+				cpu0 := cpustat.Process()
 				for b.Loop() {
 					if err := c.call(s.cc); err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(cpustat.Process()-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}
-}
-
-// cpuTime is the process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

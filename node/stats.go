@@ -7,8 +7,8 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+	"willow/internal/cpustat"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health/grpc_health_v1"
@@ -30,7 +30,7 @@ type stats struct {
 	lastAt  time.Time
 }
 
-func newStats() *stats { return &stats{lastAt: time.Now(), lastCPU: cpuTime()} }
+func newStats() *stats { return &stats{lastAt: time.Now(), lastCPU: cpustat.Process()} }
 
 // ServerFault reports whether an RPC error counts against the node's
 // success rate: client mistakes (bad input, not found, auth) and
@@ -71,7 +71,7 @@ func (n *Node) load() *willowv1.Load {
 		l.SuccessRate = float64(req-errs) / float64(req)
 	}
 	n.stats.mu.Lock()
-	now, cpu := time.Now(), cpuTime()
+	now, cpu := time.Now(), cpustat.Process()
 	if el := now.Sub(n.stats.lastAt); el > 0 {
 		l.Cpu = float64(cpu-n.stats.lastCPU) / float64(el)
 	}
@@ -97,14 +97,6 @@ func (n *Node) load() *willowv1.Load {
 	l.SharedProcess = n.cfg.SharedProcess
 	n.applyHooks(l)
 	return l
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // setDrills installs the drills the master ordered for this node.
