@@ -272,8 +272,8 @@ func (s *Server) cachedHit(rq req) (*object, string, bool) {
 	if !ok || o.sliced {
 		return nil, "", false
 	}
-	if rq.format == FormatJPEG && negotiable(rq.variant) && isHEIF(o.contentType) {
-		if o, tier, ok = s.cached(rq.base() + "@jpeg"); !ok || o.sliced {
+	if rq.wantsJPEGOf(o) {
+		if o, tier, ok = s.cached(rq.jpegKey()); !ok || o.sliced {
 			return nil, "", false
 		}
 	}

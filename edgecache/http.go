@@ -156,7 +156,7 @@ func (s *Server) diskFile(rq req, o *object) (*entryFile, bool) {
 		return nil, false
 	}
 	if rq.format == FormatJPEG && o.contentType == "image/jpeg" {
-		if f, ok := s.disk.open(rq.base()+"@jpeg", o); ok {
+		if f, ok := s.disk.open(rq.jpegKey(), o); ok {
 			return f, true
 		}
 	}

@@ -102,20 +102,28 @@ func (s *Server) find(ctx context.Context, r req) (*object, string, error) {
 // represent returns the representation of r (its format) whose stored
 // representation is o: o itself, or its JPEG fallback.
 func (s *Server) represent(ctx context.Context, r req, o *object, tier string) (*object, string, error) {
-	if r.format != FormatJPEG || !negotiable(r.variant) || !isHEIF(o.contentType) || o.sliced {
+	if !r.wantsJPEGOf(o) || o.sliced {
 		return o, tier, nil
 	}
 	return s.representJPEG(ctx, r, o, tier)
 }
 
+// wantsJPEGOf says r asks for the JPEG fallback of stored o (a HEIF).
+func (r req) wantsJPEGOf(o *object) bool {
+	return r.format == FormatJPEG && negotiable(r.variant) && isHEIF(o.contentType)
+}
+
+// jpegKey is the cache key of r's JPEG fallback.
+func (r req) jpegKey() string { return r.base() + "@jpeg" }
+
 func (s *Server) representJPEG(ctx context.Context, r req, o *object, tier string) (*object, string, error) {
 	owner, owned := s.owner(r)
-	return s.resolve(ctx, r.base()+"@jpeg", owned, func(ctx context.Context) (found, error) {
+	return s.resolve(ctx, r.jpegKey(), owned, func(ctx context.Context) (found, error) {
 		if !owned && !s.peerDown(owner) {
 			p, err := s.fetchPeer(shedding.WithRequest(ctx, r.who.business, r.who.user), owner, r, FormatJPEG, 0, 0)
 			if err == nil {
 				j := &object{data: p.data, size: int64(len(p.data)), contentType: p.contentType, etag: p.etag, modTime: p.modTime}
-				s.keep(r.base()+"@jpeg", j, false)
+				s.keep(r.jpegKey(), j, false)
 				return found{j, tierPeer}, nil
 			}
 			s.log.Warn("owner peer failed, making the JPEG here", "owner", owner, "key", r.base(), "err", err)
@@ -127,7 +135,7 @@ func (s *Server) representJPEG(ctx context.Context, r req, o *object, tier strin
 			s.log.Warn("JPEG fallback failed, serving the stored representation", "key", r.base(), "err", err)
 			return found{o, tier}, nil
 		}
-		s.keep(r.base()+"@jpeg", j, owned)
+		s.keep(r.jpegKey(), j, owned)
 		return found{j, tierOrigin}, nil
 	})
 }
