@@ -57,3 +57,14 @@ type RangeGetter interface {
 type FileAdopter interface {
 	AdoptFile(ctx context.Context, key, path string, size int64, contentType string) error
 }
+
+// Preparer is the optional capability of a Put in two steps, so that an
+// object's bytes are made durable alongside other work and it appears only
+// later (store/fs: the write and fsync of a temporary file, then its
+// rename and the directory's fsync). Prepare makes r's bytes durable under
+// a name no reader sees; publish puts them at key, and a nil return then
+// means what Put's does; abort drops them. Exactly one of the two is
+// called.
+type Preparer interface {
+	Prepare(ctx context.Context, key string, r io.Reader, size int64, contentType string) (publish func() error, abort func(), err error)
+}

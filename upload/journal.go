@@ -78,6 +78,34 @@ func (f *fileJournal) Add(_ context.Context, j job) error {
 	return nil
 }
 
+// prepareAdd readies j's Add where the journal allows it: a file journal
+// writes and fsyncs the job under a temporary name at once, so that add,
+// called later, only renames it into place and fsyncs the directory. For
+// the other journals add is j's Add. Exactly one of add and abort is
+// called; a failed preparation comes back from add.
+func prepareAdd(ctx context.Context, jr journal, j job) (add func() error, abort func()) {
+	f, ok := jr.(*fileJournal)
+	if !ok {
+		return func() error { return jr.Add(ctx, j) }, func() {}
+	}
+	b, err := json.Marshal(j)
+	if err == nil {
+		err = writeTempSync(f.path(j.Key), b)
+	}
+	if err != nil {
+		err = fmt.Errorf("journal add %s: %w", j.Key, err)
+		return func() error { return err }, func() {}
+	}
+	return func() error {
+			if err := publishTemp(f.path(j.Key)); err != nil {
+				return fmt.Errorf("journal add %s: %w", j.Key, err)
+			}
+			return nil
+		}, func() {
+			_ = os.Remove(f.path(j.Key) + ".tmp")
+		}
+}
+
 func (f *fileJournal) Due(_ context.Context, now time.Time, n int) ([]job, error) {
 	ents, err := os.ReadDir(f.dir)
 	if err != nil {

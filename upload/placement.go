@@ -1,6 +1,8 @@
 package upload
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,10 +35,11 @@ func (s *Server) findCommitted(ctx context.Context, key string) (Record, bool, e
 }
 
 // persist makes the raw bytes and the record durable and returns where.
-// addJob, called with the final record, makes the compress job durable for
-// a store or pool-2 upload (pool 1's drain journals it later); its error
-// fails the commit (errInternal) without sending the upload elsewhere.
-func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.ReaderAt, size int64, deferred bool, addJob func(*Record) error) (string, error) {
+// newJob, called with the final record, is the compress job journaled for
+// a store or pool-2 upload (pool 1's drain journals it later); a failed
+// journal write fails the commit (errInternal) without sending the upload
+// elsewhere.
+func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.ReaderAt, size int64, deferred bool, newJob func(*Record) job) (string, error) {
 	s.placed.Add(1)
 	k := s.node.Knobs()
 	id := media.ID{Loc: media.LocStore, Region: s.region, Node: s.nodeID, Key: key}
@@ -67,13 +70,13 @@ func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.Rea
 		if cause != "" {
 			if err := s.toPool2(ctx, p2, id, key, rec, ra, size); err == nil {
 				s.m.spills.WithLabelValues("pool2", cause).Inc()
-				return jobAdded(LocationPool2, addJob(rec))
+				return jobAdded(LocationPool2, s.journal.Add(ctx, newJob(rec)))
 			}
 		}
 	}
 	id.Loc = media.LocStore
 	rec.ID, rec.Location = id.String(), LocationStore
-	serr, jerr := s.toStore(ctx, key, rec, ra, size, addJob)
+	serr, jerr := s.toStore(ctx, key, rec, ra, size, newJob(rec))
 	if serr == nil {
 		return jobAdded(LocationStore, jerr)
 	}
@@ -81,7 +84,7 @@ func (s *Server) persist(ctx context.Context, key string, rec *Record, ra io.Rea
 	if p2 != nil && k.Pool2 != flex.PoolOff {
 		if err := s.toPool2(ctx, p2, id, key, rec, ra, size); err == nil {
 			s.m.spills.WithLabelValues("pool2", "store_error").Inc()
-			return jobAdded(LocationPool2, addJob(rec))
+			return jobAdded(LocationPool2, s.journal.Add(ctx, newJob(rec)))
 		}
 	}
 	return "", fail(ReasonStoreUnavailable, "raw bytes could not be made durable: %v", serr)
@@ -117,24 +120,68 @@ func jobAdded(loc string, jerr error) (string, error) {
 }
 
 // toStore makes the raw and then its record durable in the store (the
-// record is the proof of a commit, so never before its raw), with addJob
-// running alongside the record write: a job whose record is missing (a
+// record is the proof of a commit, so never before its raw), with job
+// journaled alongside the record write: a job whose record is missing (a
 // crash in between; nothing was acknowledged) is dropped by the worker.
-// storeErr is the raw's or the record's error, jobErr addJob's.
-func (s *Server) toStore(ctx context.Context, key string, rec *Record, ra io.ReaderAt, size int64, addJob func(*Record) error) (storeErr, jobErr error) {
+// Where the store and the journal can prepare (store.Preparer, the file
+// journal), the record's and the job's bytes are made durable alongside
+// the raw, under names no reader sees, and only published (a rename and a
+// directory fsync each, run together) once the raw is durable: one fsync
+// less after another before the acknowledgement. storeErr is the raw's or
+// the record's error, jobErr the journal's.
+func (s *Server) toStore(ctx context.Context, key string, rec *Record, ra io.ReaderAt, size int64, j job) (storeErr, jobErr error) {
 	ctx, cancel := s.storeCtx(ctx)
 	defer cancel()
 	ct := rec.ContentType
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	if err := s.putRaw(ctx, key, ra, size, ct); err != nil {
+	p, ok := s.st.(store.Preparer)
+	if !ok {
+		if err := s.putRaw(ctx, key, ra, size, ct); err != nil {
+			return err, nil
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.journal.Add(ctx, j) }()
+		storeErr = writeRecord(ctx, s.st, *rec)
+		return storeErr, <-done
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
 		return err, nil
 	}
-	job := make(chan error, 1)
-	go func() { job <- addJob(rec) }()
-	storeErr = writeRecord(ctx, s.st, *rec)
-	return storeErr, <-job
+	type prepared struct {
+		publish func() error
+		abort   func()
+		err     error
+	}
+	recReady := make(chan prepared, 1)
+	go func() {
+		publish, abort, err := p.Prepare(ctx, media.RecordKey(rec.key()), bytes.NewReader(b), int64(len(b)), "application/json")
+		recReady <- prepared{publish, abort, err}
+	}()
+	type preparedJob struct {
+		add   func() error
+		abort func()
+	}
+	jobReady := make(chan preparedJob, 1)
+	go func() {
+		add, abort := prepareAdd(ctx, s.journal, j)
+		jobReady <- preparedJob{add, abort}
+	}()
+	rawErr := s.putRaw(ctx, key, ra, size, ct)
+	pr, pj := <-recReady, <-jobReady
+	if rawErr != nil || pr.err != nil {
+		pj.abort()
+		if pr.err == nil {
+			pr.abort()
+		}
+		return cmp.Or(rawErr, pr.err), nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- pj.add() }()
+	storeErr = pr.publish()
+	return storeErr, <-done
 }
 
 // putRaw stores the verified staged bytes as the raw object. A store that

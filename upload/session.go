@@ -476,11 +476,11 @@ func (s *Server) commitStaged(ctx context.Context, key string, wait bool) (_ Out
 	}
 	// The compress job is the durable promise of variants, made before the
 	// acknowledgement.
-	addJob := func(r *Record) error {
-		return s.journal.Add(ctx, job{Key: key, MediaID: r.ID, Business: r.Business, NextAt: s.now().Add(s.cfg.RetryMin).UnixMilli(),
-			FirstAt: s.now().UnixMilli()})
+	newJob := func(r *Record) job {
+		return job{Key: key, MediaID: r.ID, Business: r.Business, NextAt: s.now().Add(s.cfg.RetryMin).UnixMilli(),
+			FirstAt: s.now().UnixMilli()}
 	}
-	loc, err := s.persist(ctx, key, &rec, ra, size, meta.Deferred, addJob)
+	loc, err := s.persist(ctx, key, &rec, ra, size, meta.Deferred, newJob)
 	if err != nil {
 		return Outcome{}, err
 	}

@@ -117,6 +117,27 @@ func writeFileSync(path string, b []byte) error { return writeFile(path, b, true
 // writeFile writes path atomically (temp file and rename), fsyncing file
 // and directory when sync is set.
 func writeFile(path string, b []byte, sync bool) error {
+	if !sync {
+		if err := writeTemp(path, b, false); err != nil {
+			return err
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			_ = os.Remove(path + ".tmp")
+			return err
+		}
+		return nil
+	}
+	if err := writeTempSync(path, b); err != nil {
+		return err
+	}
+	return publishTemp(path)
+}
+
+// writeTempSync writes b to path+".tmp" and fsyncs it: writeFileSync's
+// first half, publishTemp is the second.
+func writeTempSync(path string, b []byte) error { return writeTemp(path, b, true) }
+
+func writeTemp(path string, b []byte, sync bool) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -130,15 +151,18 @@ func writeFile(path string, b []byte, sync bool) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return err
 	}
-	if !sync {
-		return nil
+	return err
+}
+
+// publishTemp renames path+".tmp" (written by writeTempSync) to path and
+// fsyncs the directory: path is then durable.
+func publishTemp(path string) error {
+	if err := os.Rename(path+".tmp", path); err != nil {
+		_ = os.Remove(path + ".tmp")
+		return err
 	}
 	return iostat.SyncDir(filepath.Dir(path))
 }
@@ -318,18 +342,54 @@ func (s *staged) Write(off int64, data []byte, syncEvery int64) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if _, err := s.f.WriteAt(data, s.written); err != nil {
-		// Cut back what may have been written; the hash has not seen it.
-		_ = s.f.Truncate(s.written)
-		return fmt.Errorf("write staged: %w", err)
+	if err := s.writeHashLocked(data); err != nil {
+		return err
 	}
-	iostat.Wrote(len(data))
-	s.h.Write(data)
 	s.written += int64(len(data))
 	s.sinceSync += int64(len(data))
 	if syncEvery > 0 && s.sinceSync >= syncEvery && !s.flushing {
 		return s.startFlushLocked()
 	}
+	return nil
+}
+
+// parallelHashBytes is the chunk size from which Write hashes a chunk on
+// another goroutine while it writes it: the two passes over the bytes run
+// on two cores instead of one after the other.
+const parallelHashBytes = 64 << 10
+
+// writeHashLocked appends data at written and adds it to the hash; on a
+// write error the file is cut back and the hash is as before. The caller
+// holds mu.
+func (s *staged) writeHashLocked(data []byte) error {
+	if len(data) < parallelHashBytes {
+		if _, err := s.f.WriteAt(data, s.written); err != nil {
+			// Cut back what may have been written; the hash has not seen it.
+			_ = s.f.Truncate(s.written)
+			return fmt.Errorf("write staged: %w", err)
+		}
+		iostat.Wrote(len(data))
+		s.h.Write(data)
+		return nil
+	}
+	before, err := s.h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return err
+	}
+	hashed := make(chan struct{})
+	go func() {
+		s.h.Write(data)
+		close(hashed)
+	}()
+	_, werr := s.f.WriteAt(data, s.written)
+	<-hashed
+	if werr != nil {
+		// Cut back what may have been written, and the hash to before it.
+		_ = s.f.Truncate(s.written)
+		_ = s.h.(encoding.BinaryUnmarshaler).UnmarshalBinary(before) // its own state: cannot fail
+		return fmt.Errorf("write staged: %w", werr)
+	}
+	iostat.Wrote(len(data))
 	return nil
 }
 

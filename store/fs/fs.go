@@ -32,6 +32,7 @@ var (
 	_ store.Store       = (*Store)(nil)
 	_ store.RangeGetter = (*Store)(nil)
 	_ store.FileAdopter = (*Store)(nil)
+	_ store.Preparer    = (*Store)(nil)
 )
 
 // New opens (creating if needed) a store rooted at dir.
@@ -51,23 +52,48 @@ func (s *Store) path(key string) (string, error) {
 
 // Put implements store.Store.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error {
-	p, err := s.path(key)
+	publish, _, err := s.Prepare(ctx, key, r, size, contentType)
 	if err != nil {
 		return err
 	}
+	return publish()
+}
+
+// Prepare implements store.Preparer: it writes r to a temporary file in
+// key's directory and fsyncs it; publish writes the content type's
+// sidecar, renames the file into place and fsyncs the directory, abort
+// removes it.
+func (s *Store) Prepare(ctx context.Context, key string, r io.Reader, size int64, contentType string) (publish func() error, abort func(), err error) {
+	p, err := s.path(key)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return fmt.Errorf("fs store: put %s: %w", key, err)
+		return nil, nil, fmt.Errorf("fs store: put %s: %w", key, err)
 	}
-	if err := os.WriteFile(p+".meta", []byte(contentType+"\n"), 0o644); err != nil {
-		return fmt.Errorf("fs store: put %s meta: %w", key, err)
+	tmp, err := writeTemp(ctx, p, r, size)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fs store: put %s: %w", key, err)
 	}
-	if _, err := writeAtomic(ctx, p, r, size); err != nil {
-		if _, serr := os.Stat(p); errors.Is(serr, fs.ErrNotExist) {
-			_ = os.Remove(p + ".meta")
+	publish = func() error {
+		if err := os.WriteFile(p+".meta", []byte(contentType+"\n"), 0o644); err != nil {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("fs store: put %s meta: %w", key, err)
 		}
-		return fmt.Errorf("fs store: put %s: %w", key, err)
+		if err := os.Rename(tmp, p); err != nil {
+			_ = os.Remove(tmp)
+			if _, serr := os.Stat(p); errors.Is(serr, fs.ErrNotExist) {
+				_ = os.Remove(p + ".meta")
+			}
+			return fmt.Errorf("fs store: put %s: %w", key, err)
+		}
+		if d, derr := os.Open(filepath.Dir(p)); derr == nil {
+			_ = d.Sync()
+			d.Close()
+		}
+		return nil
 	}
-	return nil
+	return publish, func() { _ = os.Remove(tmp) }, nil
 }
 
 // AdoptFile implements store.FileAdopter: it hard-links path into the
@@ -125,13 +151,13 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// writeAtomic writes r to p through a temporary file: fsync, rename, fsync
-// of the directory. With size >= 0 a different byte count is an error and
-// nothing is renamed into place.
-func writeAtomic(ctx context.Context, p string, r io.Reader, size int64) (int64, error) {
+// writeTemp writes r to a new temporary file next to p and fsyncs it; it
+// returns the file's name. With size >= 0 a different byte count is an
+// error and the file is removed.
+func writeTemp(ctx context.Context, p string, r io.Reader, size int64) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	n, err := io.Copy(f, ctxio.Reader(ctx, r))
 	if err == nil && size >= 0 && n != size {
@@ -143,18 +169,11 @@ func writeAtomic(ctx context.Context, p string, r io.Reader, size int64) (int64,
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(f.Name(), p)
-	}
 	if err != nil {
 		_ = os.Remove(f.Name())
-		return n, err
+		return "", err
 	}
-	if d, derr := os.Open(filepath.Dir(p)); derr == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return n, nil
+	return f.Name(), nil
 }
 
 func (s *Store) info(key, p string) (store.Info, error) {

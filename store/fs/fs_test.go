@@ -167,3 +167,54 @@ func TestAdoptFile(t *testing.T) {
 		t.Fatal("missing file adopted")
 	}
 }
+
+// TestPrepare: a prepared object is invisible until published (an old
+// object at the key stays readable meanwhile), and an aborted one leaves
+// nothing behind, not even its temporary file.
+func TestPrepare(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := fs.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "m/rec.json", strings.NewReader("old"), 3, "application/json"); err != nil {
+		t.Fatal(err)
+	}
+	publish, _, err := s.Prepare(ctx, "m/rec.json", strings.NewReader("new!"), 4, "application/json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Stat(ctx, "m/rec.json"); err != nil || info.Size != 3 {
+		t.Fatalf("before publish: %+v %v, want the old 3 bytes", info, err)
+	}
+	if err := publish(); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Stat(ctx, "m/rec.json"); err != nil || info.Size != 4 || info.ContentType != "application/json" {
+		t.Fatalf("after publish: %+v %v", info, err)
+	}
+
+	_, abort, err := s.Prepare(ctx, "m/other.json", strings.NewReader("x"), 1, "application/json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abort()
+	if _, err := s.Stat(ctx, "m/other.json"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("aborted object: %v, want not found", err)
+	}
+	ents, err := os.ReadDir(dir + "/objects/m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 { // rec.json and its .meta
+		t.Fatalf("objects/m holds %v, want rec.json and rec.json.meta only", names)
+	}
+	if _, _, err := s.Prepare(ctx, "m/short.json", strings.NewReader("x"), 2, "application/json"); err == nil {
+		t.Fatal("Prepare of 1 byte declared as 2 succeeded")
+	}
+}
