@@ -116,10 +116,11 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 }
 
 // group is one script's worth of one slot's users: the slot's sequence
-// counter and the users (indices into the targets), held users last.
+// counter and held count, and the users (indices into the targets), held
+// users last.
 type group struct {
-	seq   string
-	users []int
+	seq, held string
+	users     []int
 }
 
 // groups splits ts (or the targets only, when given) by slot, in order of
@@ -134,10 +135,11 @@ func (s *Server) groups(ts []target, only ...int) []group {
 	}
 	var gs []group
 	for _, in := range s.bySlot(idx, func(i int) string { return ts[i].user }) {
-		seq := s.seq(s.slotOf(ts[in[0]].user))
+		slot := s.slotOf(ts[in[0]].user)
+		seq, held := s.seq(slot), s.slotHeld(slot)
 		for len(in) > 0 {
 			n := min(len(in), s.cfg.FanoutBatch)
-			g := group{seq: seq, users: make([]int, 0, n)}
+			g := group{seq: seq, held: held, users: make([]int, 0, n)}
 			for _, i := range in[:n] {
 				if ts[i].mode != "h" {
 					g.users = append(g.users, i)
@@ -155,32 +157,34 @@ func (s *Server) groups(ts []target, only ...int) []group {
 	return gs
 }
 
-// appendGroup appends g's counter, modes, inboxes and held keys, as
-// deliverGroup reads them, to args.
+// appendGroup appends g's counter, held count, modes, inboxes and the
+// held keys of its users to hold, as deliverGroup reads them, to args.
 func (s *Server) appendGroup(args []any, g group, ts []target) []any {
 	modes := make([]byte, len(g.users))
 	for j, i := range g.users {
 		modes[j] = ts[i].mode[0]
 	}
-	args = append(args, g.seq, string(modes))
+	args = append(args, g.seq, g.held, string(modes))
 	for _, i := range g.users {
 		args = append(args, s.rk.inbox(ts[i].user))
 	}
 	for _, i := range g.users {
-		args = append(args, s.rk.held(ts[i].user))
+		if ts[i].mode == "h" {
+			args = append(args, s.rk.held(ts[i].user))
+		}
 	}
 	return args
 }
 
 // slotCall is publishScript's call for g.
 func (s *Server) slotCall(r, first string, g group, ts []target) scriptCall {
-	kv := s.appendGroup(make([]any, 0, 2+2*len(g.users)), g, ts)
+	kv := s.appendGroup(make([]any, 0, 3+2*len(g.users)), g, ts)
 	keys := make([]string, 0, len(kv)-1)
-	keys = append(keys, g.seq)
-	for _, k := range kv[2:] {
+	keys = append(keys, g.seq, g.held)
+	for _, k := range kv[3:] {
 		keys = append(keys, k.(string))
 	}
-	return scriptCall{keys: keys, args: []any{r, s.cfg.MaxInbox, s.seqFloor(), kv[1], first}}
+	return scriptCall{keys: keys, args: []any{r, s.cfg.MaxInbox, s.seqFloor(), kv[2], first, s.rk.prefix}}
 }
 
 // nodeCalls groups the groups by the master serving their slot (on a
@@ -203,7 +207,7 @@ func (s *Server) nodeCalls(ctx context.Context, r, first string, groups []group,
 		if !ok {
 			c = len(calls)
 			open[node] = c
-			calls = append(calls, scriptCall{keys: []string{g.seq}, args: []any{r, s.cfg.MaxInbox, floor, first}})
+			calls = append(calls, scriptCall{keys: []string{g.seq}, args: []any{r, s.cfg.MaxInbox, floor, first, s.rk.prefix}})
 			who = append(who, nil)
 		}
 		calls[c].args = s.appendGroup(calls[c].args, g, ts)

@@ -75,6 +75,16 @@ func (s *Server) seq(slot int) string {
 	return s.rk.prefix + "sq:{" + slotTag(slot) + "}"
 }
 
+// slotHeld is the held count of the users of slot: the items their held
+// sets hold, or more (see the package doc); beside the slot's counter,
+// in its slot.
+func (s *Server) slotHeld(slot int) string {
+	if !s.cluster {
+		return s.rk.global + "sh"
+	}
+	return s.rk.prefix + "sh:{" + slotTag(slot) + "}"
+}
+
 var slotTags = sync.OnceValue(func() []string {
 	tags := make([]string, redisconn.Slots)
 	for left, i := len(tags), 0; left > 0; i++ {

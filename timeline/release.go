@@ -131,13 +131,14 @@ func (s *Server) move(ctx context.Context, users []string, budget int) (int, err
 			all[i] = i
 		}
 		for _, idx := range s.bySlot(all, func(i int) string { return users[i] }) {
-			seq := s.seq(s.slotOf(users[idx[0]]))
+			slot := s.slotOf(users[idx[0]])
+			seq, held := s.seq(slot), s.slotHeld(slot)
 			for len(idx) > 0 {
 				n := min(len(idx), s.cfg.FanoutBatch)
 				chunk := idx[:n]
 				idx = idx[n:]
-				c := scriptCall{keys: make([]string, 0, 1+2*n), args: make([]any, 0, 2+n)}
-				c.keys = append(c.keys, seq)
+				c := scriptCall{keys: make([]string, 0, 2+2*n), args: make([]any, 0, 2+n)}
+				c.keys = append(c.keys, seq, held)
 				c.args = append(c.args, s.cfg.MaxInbox, floor)
 				for _, i := range chunk {
 					c.keys = append(c.keys, s.rk.inbox(users[i]), s.rk.held(users[i]))

@@ -12,32 +12,38 @@ import "github.com/redis/go-redis/v9"
 
 // publishScript delivers or holds one post for a batch of users.
 //
-// KEYS: the slot's sequence counter, then the n users' inboxes, then
-// their held sets (in the same order). ARGV: ref ("AUTHOR POST"), max
-// inbox, the sequence floor (the caller's clock in µs), the users' modes
-// as one string of n letters: "a" the author (always delivered), "d"
-// deliver (unless the user has a backlog), "h" hold; the users to hold
-// come last. ARGV[5] "1": a first publish (the post record was new), so
-// no user's inbox can hold the post yet and a held user's inbox is not
-// asked. Returns one digit per user, as one string: 0 delivered, 1
-// already delivered, 2 held, 3 already held.
+// KEYS: the slot's sequence counter, its held count, then the n users'
+// inboxes, then the held sets of the users to hold (mode "h", who come
+// last). ARGV: ref ("AUTHOR POST"), max inbox, the sequence floor (the
+// caller's clock in µs), the users' modes as one string of n letters:
+// "a" the author (always delivered), "d" deliver (unless the user has a
+// backlog), "h" hold; ARGV[5] "1": a first publish (the post record was
+// new), so no user's inbox can hold the post yet and a held user's inbox
+// is not asked; ARGV[6] the key prefix (Config.KeyPrefix), from which
+// the script names the other users' held sets (same hash tag as their
+// inbox: the same slot). Returns one digit per user, as one string: 0
+// delivered, 1 already delivered, 2 held, 3 already held.
 //
 // It is the publish's cost per follower, so it issues as few commands as
 // it can, and its arguments and reply are a few bytes a user. Every item
 // it adds, to an inbox or a held set, gets one score: the slot's next
 // sequence number (one INCR of the counter a script), so no user's set
-// is read for its newest score. The backlog check (EXISTS on the held
-// keys) goes 50 users at a time over the users not held (contiguous
-// keys), and only a group with some backlog asks each user. So a
-// follower without a backlog (the common case) costs one ZADD NX (which
-// also tells a repeat); a held one ZADD NX to its held set (and, on a
-// retried publish, a ZSCORE of its inbox first). The inbox is trimmed to
-// max inbox on about one delivery in 16 ((seq + i) % 16 == 0), so it
-// runs a few items over between trims. A user holding items gets new
-// ones held too, so posts reach the inbox in publish order.
+// is read for its newest score; it is formatted once a script (a Lua
+// number passed to a command is formatted at each call, ~10% of the
+// script's time at 5000 followers). The backlog check (does a user to
+// deliver to hold items?) is skipped while the slot's held count is 0,
+// the common case: then a follower costs one ZADD NX on its inbox (which
+// also tells a repeat) and one key argument. Otherwise (the count is
+// above 0, or missing: unknown) it runs EXISTS on the held sets 50 users
+// at a time, and only a group with some backlog asks each user. A held
+// follower costs one ZADD NX to its held set (and, on a retried publish,
+// a ZSCORE of its inbox first). The inbox is trimmed to max inbox on
+// about one delivery in 16 ((seq + i) % 16 == 0), so it runs a few items
+// over between trims. A user holding items gets new ones held too, so
+// posts reach the inbox in publish order.
 var publishScript = redis.NewScript(deliverGroup + `
 local out = {}
-local err = deliverGroup(KEYS, 1, 1, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', out)
+local err = deliverGroup(KEYS, 1, 2, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], out)
 if err then return err end
 return table.concat(out)
 `)
@@ -57,57 +63,89 @@ return table.concat(out)
 // slot migrating key by key), the whole call fails and the caller redoes
 // all its users one slot a script: the commands are idempotent (ZADD NX),
 // so what ran before is found as already done, and only the held count
-// may come out short by those users (see the package doc).
+// may come out short by those users (see the package doc); the slot's
+// own held count then stays above its held items (it is raised before
+// the holds), which costs that slot the backlog check, never an item's
+// order.
 //
-// KEYS: one counter (routing only). ARGV: ref, max inbox, floor, fresh
-// (as publishScript's), then for each slot's users: the slot's counter,
-// their modes (as publishScript's, held users last), their inboxes,
-// their held sets. Returns one digit per user, in ARGV order, up to the
-// first slot it could not reach.
+// KEYS: one counter (routing only). ARGV: ref, max inbox, floor, fresh,
+// key prefix (as publishScript's), then for each slot's users: the
+// slot's counter, its held count, their modes (as publishScript's, held
+// users last), their inboxes, the held sets of the users to hold.
+// Returns one digit per user, in ARGV order, up to the first slot it
+// could not reach.
 var nodeScript = redis.NewScript(deliverGroup + `
-local ref, maxInbox, floor, fresh = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
+local ref, maxInbox, floor, fresh, prefix = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5]
 local out = {}
-local at = 5
+local at = 6
 while at <= #ARGV do
-  local n = #ARGV[at + 1]
-  if deliverGroup(ARGV, at, at + 1, ARGV[at + 1], ref, maxInbox, floor, fresh, out) then break end
-  at = at + 2 + 2 * n
+  local modes = ARGV[at + 2]
+  local n = #modes
+  local nh = n - ((string.find(modes, 'h', 1, true) or (n + 1)) - 1)
+  if deliverGroup(ARGV, at, at + 2, modes, ref, maxInbox, floor, fresh, prefix, out) then break end
+  at = at + 3 + n + nh
 end
 return table.concat(out)
 `)
 
 // deliverGroup is the body of publishScript and nodeScript: one slot's
-// users. keys[k] is the slot's counter, keys[ib+i] user i's inbox,
-// keys[ib+n+i] their held set (n = #modes). It appends one code a user
-// to out and returns nil, or the error of the counter's INCR (the first
-// command on the slot) having written nothing.
+// users. keys[k] is the slot's counter, keys[k+1] its held count,
+// keys[ib+i] user i's inbox, and for the nh users to hold (the last,
+// i > n - nh) keys[ib+n+i-(n-nh)] their held set (n = #modes). The other
+// users' held sets are named from their inbox: prefix .. 'h:' and the
+// inbox key's hash tag. It appends one code a user to out and returns
+// nil, or the error of the counter's INCR (the first command on the
+// slot) having written nothing.
+//
+// The held count (see the package doc) is created with the counter, at
+// 0: a counter that answers 1 was missing, so the slot has had no
+// publish or release since (a release creates the counter too). Before
+// holding, the count is raised by the most users this call may hold, and
+// lowered afterwards by those it did not, so a call that fails midway
+// leaves it high, never low. A missing count is left missing.
 const deliverGroup = `
-local function deliverGroup(keys, k, ib, modes, ref, maxInbox, floor, fresh, out)
+local function deliverGroup(keys, k, ib, modes, ref, maxInbox, floor, fresh, prefix, out)
   local seq = redis.pcall('INCR', keys[k])
   if type(seq) == 'table' then return seq end
+  local hn = keys[k + 1]
   if seq == 1 then
     seq = floor
     redis.call('SET', keys[k], seq)
+    redis.call('SET', hn, 0, 'NX')
   end
+  local score = string.format('%.0f', seq)
+  local count = tonumber(redis.call('GET', hn))
   local n = #modes
   local byte = string.byte
   local nd = (string.find(modes, 'h', 1, true) or (n + 1)) - 1
-  local hb = ib + n
+  local hb = ib + n - nd
+  local hkeys = {}
   local backlog = {}
-  for a = 1, nd, 50 do
-    local b = math.min(a + 49, nd)
-    if redis.call('EXISTS', unpack(keys, hb + a, hb + b)) > 0 then
-      if a == b then
-        backlog[a] = true
-      else
-        for j = a, b do backlog[j] = redis.call('EXISTS', keys[hb + j]) == 1 end
+  local may = n - nd
+  if count ~= 0 then
+    local sub, hpre, cut = string.sub, prefix .. 'h:', #prefix + 4
+    for i = 1, nd do hkeys[i] = hpre .. sub(keys[ib + i], cut) end
+    for a = 1, nd, 50 do
+      local b = math.min(a + 49, nd)
+      if redis.call('EXISTS', unpack(hkeys, a, b)) > 0 then
+        if a == b then
+          backlog[a] = true
+        else
+          for j = a, b do backlog[j] = redis.call('EXISTS', hkeys[j]) == 1 end
+        end
       end
     end
+    for j = 1, nd do
+      if backlog[j] and byte(modes, j) ~= 97 then may = may + 1 end
+    end
   end
+  for i = nd + 1, n do hkeys[i] = keys[hb + i] end
+  if count and may > 0 then redis.call('INCRBY', hn, may) end
+  local added = 0
   for i = 1, n do
     local inbox, m, c = keys[ib + i], byte(modes, i)
-    if m ~= 104 and not (backlog[i] and (m ~= 97 or redis.call('ZSCORE', keys[hb + i], ref))) then
-      if redis.call('ZADD', inbox, 'NX', seq, ref) == 0 then
+    if m ~= 104 and not (backlog[i] and (m ~= 97 or redis.call('ZSCORE', hkeys[i], ref))) then
+      if redis.call('ZADD', inbox, 'NX', score, ref) == 0 then
         c = '1'
       else
         if maxInbox > 0 and (seq + i) % 16 == 0 then
@@ -119,13 +157,15 @@ local function deliverGroup(keys, k, ib, modes, ref, maxInbox, floor, fresh, out
       c = '3'
     elseif not fresh and redis.call('ZSCORE', inbox, ref) then
       c = '1'
-    elseif redis.call('ZADD', keys[hb + i], 'NX', seq, ref) == 0 then
+    elseif redis.call('ZADD', hkeys[i], 'NX', score, ref) == 0 then
       c = '3'
     else
       c = '2'
+      added = added + 1
     end
     out[#out + 1] = c
   end
+  if count and may > added then redis.call('DECRBY', hn, may - added) end
 end
 `
 
@@ -199,20 +239,23 @@ return out
 
 // moveScript releases held items of a batch of users into their inboxes.
 //
-// KEYS: the slot's sequence counter, then inbox, held for each user.
-// ARGV: max inbox, the sequence floor (as publishScript's), then one
-// quota per user. Each released item gets a fresh inbox score from the
-// slot's counter (a user's items in hold order), so it lands after every
-// cursor handed out; the inbox is trimmed to max inbox. Returns three
-// values per user: items moved, items still held, the ref of the oldest
-// still held ("" when none).
+// KEYS: the slot's sequence counter, its held count, then inbox, held
+// for each user. ARGV: max inbox, the sequence floor (as
+// publishScript's), then one quota per user. Each released item gets a
+// fresh inbox score from the slot's counter (a user's items in hold
+// order), so it lands after every cursor handed out; the inbox is
+// trimmed to max inbox; the held count (when it exists) is lowered by
+// the items taken from the held sets. Returns three values per user:
+// items moved, items still held, the ref of the oldest still held (""
+// when none).
 var moveScript = redis.NewScript(nextSeq + `
 local maxInbox = tonumber(ARGV[1])
 local base = nextSeq(tonumber(ARGV[2]))
 local top = base - 1
+local taken = 0
 local out = {}
-for i = 1, (#KEYS - 1) / 2 do
-  local inbox, hk, q = KEYS[2*i], KEYS[2*i+1], tonumber(ARGV[2+i])
+for i = 1, (#KEYS - 2) / 2 do
+  local inbox, hk, q = KEYS[2*i+1], KEYS[2*i+2], tonumber(ARGV[2+i])
   local moved = 0
   local refs = redis.call('ZRANGE', hk, 0, q - 1)
   if #refs > 0 then
@@ -225,6 +268,7 @@ for i = 1, (#KEYS - 1) / 2 do
     end
     if seq - 1 > top then top = seq - 1 end
     redis.call('ZREMRANGEBYRANK', hk, 0, #refs - 1)
+    taken = taken + #refs
     if maxInbox > 0 then
       redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1))
     end
@@ -237,6 +281,7 @@ for i = 1, (#KEYS - 1) / 2 do
   out[#out + 1] = head
 end
 if top >= base then redis.call('SET', KEYS[1], top) end
+if taken > 0 and redis.call('EXISTS', KEYS[2]) == 1 then redis.call('DECRBY', KEYS[2], taken) end
 return out
 `)
 

@@ -2,6 +2,8 @@ package timeline_test
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +130,141 @@ func TestRetriedPublishAfterRatioChange(t *testing.T) {
 			}
 		}
 	})
+}
+
+// heldCounts returns the sum of the held counts of users' slots (each
+// slot once; -1 when one is missing) and the items their held sets hold.
+func heldCounts(t *testing.T, rdb redis.UniversalClient, s *timeline.Server, users []string) (counts, items int64) {
+	t.Helper()
+	ctx := ctxT(t)
+	seen := map[string]bool{}
+	for _, u := range users {
+		items += rdb.ZCard(ctx, "willow:tl:h:{"+u+"}").Val()
+		k := timeline.SlotHeldKey(s, u)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		n, err := rdb.Get(ctx, k).Int64()
+		if err == redis.Nil {
+			return -1, items
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts += n
+	}
+	return counts, items
+}
+
+// TestSlotHeldCount: the slots' held counts sum to the items held, after
+// publishes that hold some, all, or (repeated) none of a post, and come
+// back to 0 when the release has moved everything; a publish then
+// delivers to everyone.
+func TestSlotHeldCount(t *testing.T) {
+	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
+		rdb := rt.Client(t)
+		v := start(t, rdb, timeline.Config{FanoutBatch: 16, ReleaseBatch: 16})
+		var fans []string
+		for i := range 60 {
+			fans = append(fans, fmt.Sprintf("c%d", i))
+			follow(t, v.c, fans[i], "a")
+		}
+		all := append([]string{"a"}, fans...)
+		v.knobs(0.5, 0)
+		publish(t, v.c, "a", "p1")
+		publish(t, v.c, "a", "p2")
+		publish(t, v.c, "a", "p1") // a repeat holds nothing new
+		v.knobs(1, 0)
+		publish(t, v.c, "a", "p3")
+		counts, items := heldCounts(t, rdb, v.s, all)
+		if items == 0 || counts != items {
+			t.Fatalf("held counts sum to %d, held sets hold %d", counts, items)
+		}
+		if st := stats(t, v.c); st.GetHeldItems() != items {
+			t.Fatalf("stats say %d held, held sets hold %d", st.GetHeldItems(), items)
+		}
+		v.knobs(0, 1000)
+		waitDrained(t, v.c, 10*time.Second)
+		if counts, items := heldCounts(t, rdb, v.s, all); counts != 0 || items != 0 {
+			t.Fatalf("after the release: held counts %d, held items %d", counts, items)
+		}
+		if r := publish(t, v.c, "a", "p4"); r.GetDelivered() != int32(len(all)) || r.GetHeld() != 0 {
+			t.Fatalf("p4: %v, want all %d delivered", r, len(all))
+		}
+	})
+}
+
+// TestMissingHeldCountAsks: a slot whose held count is missing (a Redis
+// holding items from before the count existed) is treated as holding
+// some: a user with a backlog gets the next post held behind it, and
+// neither publish nor release creates a count that would be short.
+func TestMissingHeldCountAsks(t *testing.T) {
+	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
+		rdb := rt.Client(t)
+		ctx := ctxT(t)
+		v := start(t, rdb, timeline.Config{})
+		held, _ := users(0.5)
+		follow(t, v.c, held, "a")
+		v.knobs(0.5, 0)
+		publish(t, v.c, "a", "p1")
+		key := timeline.SlotHeldKey(v.s, held)
+		if err := rdb.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		v.knobs(0, 0)
+		if r := publish(t, v.c, "a", "p2"); r.GetHeld() != 1 {
+			t.Fatalf("p2 with the count missing: %v, want held 1 behind the backlog", r)
+		}
+		v.knobs(0, 1000)
+		waitDrained(t, v.c, 10*time.Second)
+		if items, _ := pollAll(t, v.c, held, "", 10); fmt.Sprint(posts(items)) != "[a/p1 a/p2]" {
+			t.Errorf("%s sees %s", held, posts(items))
+		}
+		if n := rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Errorf("the missing count was created again (%v)", rdb.Get(ctx, key).Val())
+		}
+	})
+}
+
+// commandCalls is INFO commandstats' calls of cmd on c.
+func commandCalls(t *testing.T, c *redis.Client, cmd string) int64 {
+	t.Helper()
+	s, err := c.Info(ctxT(t), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(s, "\r\n") {
+		if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest+",", ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestNoBacklogCheckWhileNothingHeld: while the held count is 0 a
+// publish asks no held set (no EXISTS); while some items are held it
+// does, and finds the users with a backlog.
+func TestNoBacklogCheckWhileNothingHeld(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	v := start(t, rdb, timeline.Config{})
+	for i := range 100 {
+		follow(t, v.c, fmt.Sprintf("n%d", i), "a")
+	}
+	e0 := commandCalls(t, rdb, "exists")
+	publish(t, v.c, "a", "p1")
+	if n := commandCalls(t, rdb, "exists") - e0; n != 0 {
+		t.Errorf("nothing held: the publish ran %d EXISTS", n)
+	}
+	v.knobs(0.5, 0)
+	p2 := publish(t, v.c, "a", "p2")
+	v.knobs(0, 0)
+	e0 = commandCalls(t, rdb, "exists")
+	if r := publish(t, v.c, "a", "p3"); r.GetHeld() == 0 || r.GetHeld() != p2.GetHeld() {
+		t.Errorf("p3: %v, want the %d users p2 was held for held again, behind their backlog", r, p2.GetHeld())
+	}
+	if n := commandCalls(t, rdb, "exists") - e0; n == 0 {
+		t.Errorf("items held: the publish ran no EXISTS")
+	}
 }
