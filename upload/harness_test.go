@@ -123,6 +123,34 @@ func (f *flakyStore) AdoptFile(ctx context.Context, key, path string, size int64
 	return f.Store.Put(ctx, key, r, size, ct)
 }
 
+// Prepare forwards the store's Preparer capability (fs), so tests and
+// benchmarks run the front's real commit path; a store that lacks it gets
+// the bytes as a Put at publish. A store down fails Prepare, and publish.
+func (f *flakyStore) Prepare(ctx context.Context, key string, r io.Reader, size int64, ct string) (publish func() error, abort func(), err error) {
+	if f.down.Load() {
+		return nil, nil, errDown
+	}
+	p, ok := f.Store.(store.Preparer)
+	if !ok {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func() error { return f.Put(ctx, key, bytes.NewReader(b), size, ct) }, func() {}, nil
+	}
+	pub, ab, err := p.Prepare(ctx, key, r, size, ct)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func() error {
+		if f.down.Load() {
+			ab()
+			return errDown
+		}
+		return pub()
+	}, ab, nil
+}
+
 func (f *flakyStore) Get(ctx context.Context, key string) (io.ReadCloser, store.Info, error) {
 	if f.down.Load() {
 		return nil, store.Info{}, errDown
