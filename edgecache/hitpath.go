@@ -55,9 +55,9 @@ type hitServer struct {
 	date    atomic.Pointer[dateLine]
 	served  atomic.Int64 // requests answered here (tests)
 
-	mu      sync.Mutex // guards conns and closing
+	mu      sync.Mutex // guards conns; closing is set under it
 	conns   map[*hitConn]struct{}
-	closing bool
+	closing atomic.Bool
 	wg      sync.WaitGroup
 }
 
@@ -89,7 +89,7 @@ func (h *hitServer) serve() error {
 		hc := &hitConn{h: h, c: c, br: bufio.NewReaderSize(c, hitHeadBytes)}
 		hc.rf, _ = c.(io.ReaderFrom)
 		h.mu.Lock()
-		if h.closing {
+		if h.closing.Load() {
 			h.mu.Unlock()
 			c.Close()
 			return nil
@@ -107,7 +107,7 @@ func (h *hitServer) serve() error {
 func (h *hitServer) shutdown(ctx context.Context) error {
 	h.lis.Close()
 	h.mu.Lock()
-	h.closing = true
+	h.closing.Store(true)
 	for c := range h.conns {
 		c.c.SetReadDeadline(time.Unix(1, 0)) // a waiting read returns now
 	}
@@ -146,6 +146,9 @@ type hitConn struct {
 	br  *bufio.Reader // reads c
 	hdr []byte        // the response header being built
 	out hitWrite
+	// idleSet is when the idle read deadline was last set; zero when the
+	// header deadline replaced it.
+	idleSet time.Time
 	// admitted: the request being handed to net/http was admitted here
 	// (a sliced miss): serveHTTP does not admit it again.
 	admitted bool
@@ -154,11 +157,8 @@ type hitConn struct {
 func (c *hitConn) serve() {
 	defer c.h.wg.Done()
 	for {
-		c.c.SetReadDeadline(time.Now().Add(c.h.idle))
-		c.h.mu.Lock()
-		closing := c.h.closing
-		c.h.mu.Unlock()
-		if closing {
+		c.idleDeadline(time.Now())
+		if c.h.closing.Load() {
 			c.drop()
 			return
 		}
@@ -175,6 +175,26 @@ func (c *hitConn) serve() {
 			return
 		}
 	}
+}
+
+// idleDeadlineSlack is how stale the idle read deadline may be: it is set
+// again only when it was set at least this long ago (at most
+// idle/idleDeadlineSlack), so a connection serving requests back to back
+// does not move its timer on every request; the idle timeout a connection
+// gets is between idle minus the slack and idle.
+const idleDeadlineSlack = time.Second
+
+// idleDeadline sets the read deadline for waiting for the next request
+// (the idle timeout from now), unless one set within the slack is in
+// force. shutdown's deadline in the past always wins: it is set after
+// closing, which serve checks after this.
+func (c *hitConn) idleDeadline(now time.Time) {
+	slack := min(idleDeadlineSlack, c.h.idle/16)
+	if !c.idleSet.IsZero() && now.Sub(c.idleSet) < slack {
+		return
+	}
+	c.c.SetReadDeadline(now.Add(c.h.idle))
+	c.idleSet = now
 }
 
 // readHead waits for a request head (under the idle timeout, then the
@@ -195,7 +215,7 @@ func (c *hitConn) readHead() ([]byte, error) {
 		seen = max(len(buf)-len(crlf2)+1, 0)
 		if !timed {
 			c.c.SetReadDeadline(time.Now().Add(c.h.header))
-			timed = true
+			c.idleSet, timed = time.Time{}, true
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
 			return nil, err

@@ -1,6 +1,8 @@
 package edgecache_test
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,13 +26,10 @@ import (
 	"willow/media"
 )
 
-// load runs concurrency clients fetching random URLs with keep-alive for
-// d, and returns the completed requests and the time taken. Every response
-// must be 200 with size bytes.
-func load(urls []string, size int, concurrency int, d time.Duration) (int64, time.Duration, error) {
-	tr := &http.Transport{MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency, DisableCompression: true}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+// load runs concurrency clients fetching random URLs through client with
+// keep-alive for d, and returns the completed requests and the time taken.
+// Every response must be 200 with size bytes.
+func load(client *http.Client, urls []string, size int, concurrency int, d time.Duration, seed uint64) (int64, time.Duration, error) {
 	var done, failed atomic.Int64
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
@@ -39,7 +38,7 @@ func load(urls []string, size int, concurrency int, d time.Duration) (int64, tim
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			rng := rand.New(rand.NewPCG(uint64(w), seed))
 			for time.Now().Before(deadline) {
 				resp, err := client.Get(urls[rng.IntN(len(urls))])
 				if err != nil {
@@ -65,19 +64,21 @@ func load(urls []string, size int, concurrency int, d time.Duration) (int64, tim
 
 // Environment of the load client process.
 const (
-	envLoadURLs        = "EDGECACHE_LOAD_URLS" // file of URLs, one a line
+	envLoadURLs        = "EDGECACHE_LOAD_URLS" // file of "TARGET URL" lines
 	envLoadSize        = "EDGECACHE_LOAD_SIZE"
 	envLoadConcurrency = "EDGECACHE_LOAD_CONCURRENCY"
-	envLoadDuration    = "EDGECACHE_LOAD_DURATION"
 )
 
 // TestLoadClientProcess is the load client when the benchmark runs this
 // test binary as a child process (so that the client's CPU is never in the
-// process under test); in a normal run it skips, saying so.
+// process under test); in a normal run it skips, saying so. It keeps one
+// pool of keep-alive connections per target for its whole life and runs
+// one slice of load per command line "TARGET DURATION" on its input,
+// answering "LOAD REQUESTS NANOSECONDS".
 func TestLoadClientProcess(t *testing.T) {
 	file := os.Getenv(envLoadURLs)
 	if file == "" {
-		t.Skip("the load-client child process of the throughput benchmarks (runLoad sets " + envLoadURLs + ")")
+		t.Skip("the load-client child process of the throughput benchmarks (newLoadClient sets " + envLoadURLs + ")")
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -85,35 +86,94 @@ func TestLoadClientProcess(t *testing.T) {
 	}
 	size, _ := strconv.Atoi(os.Getenv(envLoadSize))
 	conc, _ := strconv.Atoi(os.Getenv(envLoadConcurrency))
-	d, _ := time.ParseDuration(os.Getenv(envLoadDuration))
-	n, took, err := load(strings.Fields(string(b)), size, conc, d)
-	if err != nil {
-		t.Fatal(err)
+	urls := map[string][]string{}
+	for line := range strings.Lines(string(b)) {
+		if target, u, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+			urls[target] = append(urls[target], u)
+		}
 	}
-	fmt.Printf("LOAD %d %d\n", n, took.Nanoseconds())
+	clients := map[string]*http.Client{}
+	for target := range urls {
+		tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc, DisableCompression: true}
+		defer tr.CloseIdleConnections()
+		clients[target] = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	in := bufio.NewScanner(os.Stdin)
+	for seed := uint64(7); in.Scan(); seed++ {
+		target, ds, _ := strings.Cut(in.Text(), " ")
+		d, err := time.ParseDuration(ds)
+		if err != nil || clients[target] == nil {
+			t.Fatalf("bad command %q", in.Text())
+		}
+		n, took, err := load(clients[target], urls[target], size, conc, d, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("LOAD %d %d\n", n, took.Nanoseconds())
+	}
 }
 
-// runLoad runs load in a child process and returns its result.
-func runLoad(b *testing.B, urls []string, size, concurrency int, d time.Duration) (int64, time.Duration) {
+// loadClient is the load client child process of one benchmark run.
+type loadClient struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	stderr bytes.Buffer
+}
+
+// newLoadClient starts the load client for targets (name: URLs), with
+// concurrency connections to each, every response checked for size bytes.
+func newLoadClient(b *testing.B, targets map[string][]string, size, concurrency int) *loadClient {
 	b.Helper()
+	var lines []string
+	for target, us := range targets {
+		for _, u := range us {
+			lines = append(lines, target+" "+u)
+		}
+	}
 	f := filepath.Join(b.TempDir(), "urls")
-	if err := os.WriteFile(f, []byte(strings.Join(urls, "\n")), 0o644); err != nil {
+	if err := os.WriteFile(f, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadClientProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envLoadURLs+"="+f, envLoadSize+"="+strconv.Itoa(size),
-		envLoadConcurrency+"="+strconv.Itoa(concurrency), envLoadDuration+"="+d.String())
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		b.Fatalf("load client: %v\n%s", err, out)
+	lc := &loadClient{cmd: exec.Command(os.Args[0], "-test.run=^TestLoadClientProcess$", "-test.count=1")}
+	lc.cmd.Env = append(os.Environ(), envLoadURLs+"="+f, envLoadSize+"="+strconv.Itoa(size),
+		envLoadConcurrency+"="+strconv.Itoa(concurrency))
+	lc.cmd.Stderr = &lc.stderr
+	lc.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var err error
+	if lc.in, err = lc.cmd.StdinPipe(); err != nil {
+		b.Fatal(err)
 	}
-	for _, line := range strings.Split(string(out), "\n") {
+	out, err := lc.cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	lc.out = bufio.NewScanner(out)
+	if err := lc.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		lc.in.Close()
+		lc.cmd.Wait()
+	})
+	return lc
+}
+
+// run runs one slice of load on target for d and returns the requests
+// completed and the time taken.
+func (lc *loadClient) run(b *testing.B, target string, d time.Duration) (int64, time.Duration) {
+	b.Helper()
+	if _, err := fmt.Fprintf(lc.in, "%s %s\n", target, d); err != nil {
+		b.Fatalf("load client: %v\n%s", err, lc.stderr.String())
+	}
+	for lc.out.Scan() {
 		var n, ns int64
-		if _, err := fmt.Sscanf(line, "LOAD %d %d", &n, &ns); err == nil {
+		if _, err := fmt.Sscanf(lc.out.Text(), "LOAD %d %d", &n, &ns); err == nil {
 			return n, time.Duration(ns)
 		}
 	}
-	b.Fatalf("load client said: %s", out)
+	lc.cmd.Wait()
+	b.Fatalf("load client ended: %s\n%s", lc.cmd.ProcessState, lc.stderr.String())
 	return 0, 0
 }
 
@@ -245,16 +305,19 @@ func selfCPU() time.Duration {
 // BenchmarkHTTPvsNginx measures cached-hit HTTP throughput of the edge
 // cache for 100 KiB and 1 MiB objects (photo variants; a short video's
 // first slice) against nginx serving the same files, with the same load
-// client (32 keep-alive connections, 5 s each) in the same run.
+// client (32 keep-alive connections to each, 5 s each) in the same run.
 // The load client is this test binary run as a child process, so neither
-// target shares a process with it.
-// The two targets alternate in 1 s slices (the order swapped every round)
-// so that load from other processes on the machine hits both alike.
+// target shares a process with it; it lives for the whole run and keeps
+// its connections to both targets open, so that a slice measures requests,
+// not connection set-up, for both alike.
+// The two targets alternate in 250 ms slices (the order swapped every
+// round) so that load from other processes on the machine hits both alike.
 //
 //	go test -run '^$' -bench HTTPvsNginx -benchtime 1x ./edgecache
 //
 // EDGECACHE_BENCH_SIZE_KIB=N runs one size of N KiB instead (200 objects),
-// for finding where sendfile starts to pay.
+// for finding where sendfile starts to pay; EDGECACHE_BENCH_SLICE=D sets
+// the slice (a Go duration).
 func BenchmarkHTTPvsNginx(b *testing.B) {
 	if kib, _ := strconv.Atoi(os.Getenv("EDGECACHE_BENCH_SIZE_KIB")); kib > 0 {
 		b.Run(fmt.Sprintf("size=%dKiB", kib), func(b *testing.B) { benchHTTPvsNginx(b, 200, kib<<10) })
@@ -268,8 +331,11 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 	const (
 		concurrency = 32
 		duration    = 5 * time.Second
-		slice       = time.Second
 	)
+	slice := 250 * time.Millisecond
+	if d, err := time.ParseDuration(os.Getenv("EDGECACHE_BENCH_SLICE")); err == nil && d > 0 {
+		slice = d
+	}
 	st := newStore(b)
 	root := b.TempDir()
 	var paths []string
@@ -320,8 +386,9 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 			b.Fatalf("warming %s: %s, %d bytes", u, resp.Status, n)
 		}
 	}
-	runLoad(b, edgeURLs, size, concurrency, time.Second)
-	runLoad(b, ngxURLs, size, concurrency, time.Second)
+	lc := newLoadClient(b, map[string][]string{"edge": edgeURLs, "nginx": ngxURLs}, size, concurrency)
+	lc.run(b, "edge", time.Second) // the client's connections opened, both servers hot
+	lc.run(b, "nginx", time.Second)
 	if n := st.gets.Load(); n != int64(objects) {
 		b.Fatalf("%d origin reads while warming, want %d", n, objects)
 	}
@@ -333,11 +400,11 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 			for k := range 2 {
 				if (r+k)%2 == 0 {
 					c0 := selfCPU()
-					n, d := runLoad(b, edgeURLs, size, concurrency, slice)
+					n, d := lc.run(b, "edge", slice)
 					edgeN, edgeT, edgeC = edgeN+n, edgeT+d, edgeC+selfCPU()-c0
 				} else {
 					c0 := ngxCPU()
-					n, d := runLoad(b, ngxURLs, size, concurrency, slice)
+					n, d := lc.run(b, "nginx", slice)
 					ngxN, ngxT, ngxC = ngxN+n, ngxT+d, ngxC+ngxCPU()-c0
 				}
 			}
