@@ -32,6 +32,12 @@ import (
 //     never above the ceiling (default yellow). A level above the ceiling
 //     (a human's red) is never touched. A rule does not fire again within
 //     its cooldown.
+//   - A rule with a rising needs a trend too: its rising signal at least
+//     `by` times its mean over the `over` before the signal's last 10 s
+//     (its rise), so it can lead a ramp from a threshold a steady load
+//     near it would cross. It counts as clear once the rise falls under
+//     the rising's `below` (default 1) or under, or its signal under
+//     its own.
 //   - Down: one level at a time, when every rule at or above the current
 //     level has stayed below its hysteresis threshold for its dwell, counted
 //     from the last step at the earliest, and the cooldowns of those rules
@@ -145,7 +151,26 @@ type AutoRule struct {
 	// change, such as the upload rate. It never raises a level.
 	HoldSignal string
 	HoldBelow  float64
+	// Rising, when RiseSignal is set, is a trend the rule needs too: it
+	// fires only while RiseSignal is at least RiseBy times its level
+	// before (its rise), and counts as clear as soon as the rise is at
+	// RiseBelow or under, whatever its own signal reads. It is for a rule
+	// that leads a ramp from a lower threshold than a level would be
+	// safe at: the threshold alone would fire on a steady load that sits
+	// near it, the rise alone on a load too small to matter.
+	RiseSignal string
+	RiseBy     float64
+	RiseBelow  float64
+	RiseOver   time.Duration
 }
+
+// riseRecent is the recent part of a rising signal that its rise sets
+// against the level before: the window of the signals' own averages
+// (signalWindow), so the level before is the RiseOver before the samples
+// the value now is made of. A rise is known once the level before holds
+// a quarter of RiseOver: after a master start or a time without traffic
+// it takes riseRecent + RiseOver/4 of samples.
+const riseRecent = 10 * time.Second
 
 type policyFile struct {
 	Ceiling    string     `yaml:"ceiling"`
@@ -162,6 +187,14 @@ type ruleFile struct {
 	Dwell    string    `yaml:"dwell"`
 	Cooldown string    `yaml:"cooldown"`
 	Hold     *holdFile `yaml:"hold"`
+	Rising   *riseFile `yaml:"rising"`
+}
+
+type riseFile struct {
+	Signal string   `yaml:"signal"`
+	By     *float64 `yaml:"by"`
+	Below  *float64 `yaml:"below"`
+	Over   string   `yaml:"over"`
 }
 
 type holdFile struct {
@@ -251,12 +284,48 @@ func LoadAutoPolicy(data []byte, plans *flex.Plans) (*AutoPolicy, error) {
 			}
 			rule.HoldSignal, rule.HoldBelow = h.Signal, *h.Below
 		}
+		if rs := r.Rising; rs != nil {
+			if err := rule.setRising(rs); err != nil {
+				return nil, fmt.Errorf("%s%v", field("rising."), err)
+			}
+		}
 		p.Rules = append(p.Rules, rule)
 	}
 	if len(p.Rules) == 0 {
 		return nil, errors.New("auto-flex policy: rules: at least one rule is required")
 	}
 	return p, nil
+}
+
+// setRising validates a rule's rising and sets it; an error starts with
+// the field's name under rising.
+func (rule *AutoRule) setRising(rs *riseFile) error {
+	rule.RiseSignal = rs.Signal
+	if rule.RiseSignal == "" {
+		rule.RiseSignal = rule.Signal
+	}
+	if _, ok := signalTable[rule.RiseSignal]; !ok {
+		return fmt.Errorf("signal: unknown signal %q (signals: %s)", rs.Signal, strings.Join(SignalNames(), ", "))
+	}
+	if rs.By == nil || math.IsNaN(*rs.By) || math.IsInf(*rs.By, 0) || *rs.By <= 1 {
+		return errors.New("by: required, a number > 1 (the signal now over its level before)")
+	}
+	rule.RiseBy, rule.RiseBelow = *rs.By, 1
+	if rs.Below != nil {
+		if math.IsNaN(*rs.Below) || *rs.Below <= 0 || *rs.Below >= rule.RiseBy {
+			return fmt.Errorf("below: %v must be over 0 and under by (%v)", *rs.Below, rule.RiseBy)
+		}
+		rule.RiseBelow = *rs.Below
+	}
+	d, err := parsePolicyDuration(rs.Over, true)
+	if err != nil {
+		return fmt.Errorf("over: %v", err)
+	}
+	if d < riseRecent {
+		return fmt.Errorf("over: %s is shorter than the %s of the signals' own averages", rs.Over, fmtSecs(riseRecent))
+	}
+	rule.RiseOver = d
+	return nil
 }
 
 func parsePolicyDuration(s string, required bool) (time.Duration, error) {
@@ -283,6 +352,65 @@ type ruleState struct {
 	holdValue float64
 	holdKnown bool
 	holdSince time.Time // zero: not below HoldBelow
+	// The rising signal (AutoRule.RiseSignal), when the rule has one:
+	// its samples since it was last absent or 0, back to riseRecent +
+	// RiseOver, and its last value and rise.
+	riseHist  []riseSample
+	riseValue float64
+	rise      float64
+	riseKnown bool
+}
+
+type riseSample struct {
+	at time.Time
+	v  float64
+}
+
+// observeRise adds the rising signal's sample v (ok: present) at now and
+// sets the rise: v over the mean of the samples in the RiseOver before
+// the last riseRecent, known once those reach back RiseOver/4. A sample
+// absent or at 0 forgets the samples before: a rise from nothing (a fleet
+// starting, a region drained) is a start, not a trend, and has no level
+// to be measured against.
+func (st *ruleState) observeRise(r AutoRule, now time.Time, v float64, ok bool) {
+	st.riseValue, st.rise, st.riseKnown = v, 0, false
+	if !ok || v <= 0 {
+		st.riseHist = st.riseHist[:0]
+		return
+	}
+	st.riseHist = append(st.riseHist, riseSample{now, v})
+	end := now.Add(-riseRecent)
+	start := end.Add(-r.RiseOver)
+	drop := 0
+	for drop < len(st.riseHist) && !st.riseHist[drop].at.After(start) {
+		drop++
+	}
+	st.riseHist = st.riseHist[drop:]
+	if len(st.riseHist) == 0 || st.riseHist[0].at.After(end.Add(-r.RiseOver/4)) {
+		return
+	}
+	sum, n := 0.0, 0
+	for _, s := range st.riseHist {
+		if s.at.After(end) {
+			break
+		}
+		sum += s.v
+		n++
+	}
+	st.rise, st.riseKnown = v/(sum/float64(n)), true
+}
+
+// fires says whether rule r's condition to fire holds in st's last sample:
+// its signal above the threshold and, with a rising, the rise at RiseBy.
+func (st *ruleState) fires(r AutoRule, v float64) bool {
+	return v > r.Above && (r.RiseSignal == "" || (st.riseKnown && st.rise >= r.RiseBy))
+}
+
+// clears says whether rule r's own condition to clear holds: its signal
+// below the hysteresis threshold or, with a rising, the rise at RiseBelow
+// or under (or not known): a flat signal is no longer rising.
+func (st *ruleState) clears(r AutoRule, v float64) bool {
+	return v < r.Below || (r.RiseSignal != "" && (!st.riseKnown || st.rise <= r.RiseBelow))
 }
 
 // autoEngine evaluates a policy over a series of signal samples. It is
@@ -310,14 +438,18 @@ func (e *autoEngine) observe(now time.Time, sig map[string]float64) {
 		if !ok {
 			v = 0
 		}
-		if v > r.Above {
+		if r.RiseSignal != "" {
+			rv, ok := sig[r.RiseSignal]
+			st.observeRise(r, now, rv, ok)
+		}
+		if st.fires(r, v) {
 			if st.aboveSince.IsZero() {
 				st.aboveSince = now
 			}
 		} else {
 			st.aboveSince = time.Time{}
 		}
-		if v < r.Below {
+		if st.clears(r, v) {
 			if st.belowSince.IsZero() {
 				st.belowSince = now
 			}
@@ -415,8 +547,8 @@ func (e *autoEngine) decide(now time.Time, cur string, mem autoMemory) (autoStep
 		}
 		target = max(target, min(li, ceil))
 		fired = append(fired, r.Name)
-		why = append(why, fmt.Sprintf("%s: %s %s > %s for %s", r.Name, signalTable[r.Signal].label,
-			fmtSignal(r.Signal, st.value), fmtSignal(r.Signal, r.Above), fmtSecs(now.Sub(from))))
+		why = append(why, fmt.Sprintf("%s: %s %s > %s%s for %s", r.Name, signalTable[r.Signal].label,
+			fmtSignal(r.Signal, st.value), fmtSignal(r.Signal, r.Above), st.riseWhy(r), fmtSecs(now.Sub(from))))
 	}
 	if target > ci {
 		return autoStep{Level: e.levels[target], Up: true, Rules: fired, Reason: strings.Join(why, "; ")}, true
@@ -445,6 +577,9 @@ func (e *autoEngine) decide(now time.Time, cur string, mem autoMemory) (autoStep
 			return autoStep{}, false
 		}
 		cond := fmt.Sprintf("%s %s < %s", signalTable[r.Signal].label, fmtSignal(r.Signal, st.value), fmtSignal(r.Signal, r.Below))
+		if st.value >= r.Below { // cleared by its rising
+			cond = st.riseClearWhy(r)
+		}
 		if r.HoldSignal != "" {
 			cond += fmt.Sprintf(" and %s %s < %s", signalTable[r.HoldSignal].label,
 				fmtSignal(r.HoldSignal, st.holdValue), fmtSignal(r.HoldSignal, r.HoldBelow))
@@ -456,6 +591,30 @@ func (e *autoEngine) decide(now time.Time, cur string, mem autoMemory) (autoStep
 		reason = "no rule holds " + e.levels[ci]
 	}
 	return autoStep{Level: e.levels[ci-1], Reason: reason}, true
+}
+
+// riseWhy is the rising part of a firing rule's reason: " and upload
+// arrivals 1.6/s rising 3.2x over 60 s" ("" without a rising).
+func (st ruleState) riseWhy(r AutoRule) string {
+	if r.RiseSignal == "" {
+		return ""
+	}
+	what := ""
+	if r.RiseSignal != r.Signal {
+		what = signalTable[r.RiseSignal].label + " " + fmtSignal(r.RiseSignal, st.riseValue) + " "
+	}
+	return fmt.Sprintf(" and %srising %sx over %s", what, trimFloat(st.rise), fmtSecs(r.RiseOver))
+}
+
+// riseClearWhy says why a rule with a rising is clear while its own
+// signal is not below its threshold: "upload arrivals 4.4/s rising 0.9x
+// <= 1x over 60 s".
+func (st ruleState) riseClearWhy(r AutoRule) string {
+	label := signalTable[r.RiseSignal].label + " " + fmtSignal(r.RiseSignal, st.riseValue)
+	if !st.riseKnown {
+		return fmt.Sprintf("%s with no level over %s to rise from", label, fmtSecs(r.RiseOver))
+	}
+	return fmt.Sprintf("%s rising %sx <= %sx over %s", label, trimFloat(st.rise), trimFloat(r.RiseBelow), fmtSecs(r.RiseOver))
 }
 
 // rules reports each rule's state for FlexAutoStatus.

@@ -2,6 +2,8 @@ package master
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -367,14 +369,197 @@ func TestShippedPolicyRehearsal(t *testing.T) {
 		t.Fatalf("steps %q, want back to normal", s.levels())
 	}
 	// Steady: the forecast at normal wanders 0.2-0.55 (a 10 s average of
-	// arrivals at 0.5/s, photos of 1-2 s on two workers): no step.
+	// arrivals at 0.5/s, photos of 1-2 s on two workers): no step. The
+	// arrivals wander with it (0.29-0.79/s, 1.5x their mean at most) and
+	// start from a cluster without traffic: 5 s at 0, then the 10 s
+	// average filling.
 	s = newSim(t, string(shippedAutoPolicy))
+	s.run(5*time.Second, constSig(map[string]float64{SignalUploadArrivals: 0, SignalUploadRate: 0}))
 	s.run(10*time.Minute, func(i int) map[string]float64 {
 		fc := []float64{0.25, 0.33, 0.54, 0.41, 0.22, 0.31, 0.55, 0.5, 0.38, 0.2, 0.29}[i%11]
-		return sig(fc, fc, 0.6, 0.5)(i)
+		fill := min(1, float64(i+1)/10)
+		m := sig(fc*fill, fc*fill, 0.6, 0.5)(i)
+		m[SignalUploadArrivals] = fc / 0.7 * fill
+		return m
 	})
 	if s.levels() != "" {
-		t.Fatalf("steady stepped: %s", s.levels())
+		t.Fatalf("steady stepped: %s (%+v)", s.levels(), s.steps)
+	}
+}
+
+// idleSeries is the Spring Festival rehearsal's signals on an idle box
+// (docs/capacity.md, the lead's run at 20:54, load 1.2-1.4): the arrivals
+// are the 10 s average of the profile's rate (0.5/s for 20 s, a ramp to
+// 4.5/s over 40 s, 60 s at 4.5/s, 0.5/s after) with a noise of +-20 %,
+// after 5 s of a cluster without traffic; a photo holds a worker 0.5 s at
+// normal's codec and 0.1 s at JPEG on two workers. level is the level in
+// force (the forecast is at its codec). Second i is i-5 of the profile.
+func idleSeries(level func() string) func(int) map[string]float64 {
+	rate := func(t int) float64 {
+		switch {
+		case t < 0:
+			return 0
+		case t < 20:
+			return 0.5
+		case t < 60:
+			return 0.5 + 4*float64(t-20)/40
+		case t < 120:
+			return 4.5
+		}
+		return 0.5
+	}
+	noise := []float64{1, 1.2, 0.85, 1.1, 0.8, 1.15, 0.95, 1.05, 0.9, 1.2, 0.8}
+	return func(i int) map[string]float64 {
+		t := i - 5
+		a := 0.0
+		for k := t - 9; k <= t; k++ {
+			a += rate(k) / 10
+		}
+		a *= noise[i%len(noise)]
+		m := map[string]float64{SignalUploadArrivals: a, SignalUploadRate: a, SignalCompressDemand: 0.5}
+		if t <= 1 {
+			return m // no photo compressed yet: no forecast
+		}
+		m[SignalCompressForecastNormal] = a * 0.5 / 2
+		m[SignalCompressForecast] = a * 0.1 / 2
+		if level() == "normal" {
+			m[SignalCompressForecast] = m[SignalCompressForecastNormal]
+		}
+		return m
+	}
+}
+
+// TestShippedPolicyIdleRamp: on an idle box the forecast at normal
+// reaches 0.6 only at 2.4 uploads/s, late in the ramp (blue at 0:48 in
+// this series); the arrivals tripling on their level of the minute before
+// take blue at 0:37, with the forecast at 0.37. Blue holds through the peak (the rise
+// fades, the forecast at normal holds it), yellow never comes (JPEG keeps
+// up), and blue steps back once the arrivals fall after the peak.
+func TestShippedPolicyIdleRamp(t *testing.T) {
+	s := newSim(t, string(shippedAutoPolicy))
+	series := idleSeries(func() string { return s.level })
+	s.run(5*time.Second+30*time.Second, series)
+	if s.levels() != "" {
+		t.Fatalf("steps %q by 0:30", s.levels())
+	}
+	s.run(10*time.Second, func(i int) map[string]float64 { return series(i + 35) })
+	if s.levels() != "blue" || !strings.HasPrefix(s.steps[0].Reason, "compress-forecast-rising: compress forecast at normal (worker share) 0.") ||
+		!strings.Contains(s.steps[0].Reason, "> 0.3 and upload arrivals ") || !strings.Contains(s.steps[0].Reason, "x over 60 s for 3 s") {
+		t.Fatalf("steps %q (%+v), want blue on the rise by 0:40", s.levels(), s.steps)
+	}
+	var fc, rise float64
+	if _, err := fmt.Sscanf(s.steps[0].Reason, "compress-forecast-rising: compress forecast at normal (worker share) %g > 0.3 and upload arrivals", &fc); err != nil || fc >= 0.6 {
+		t.Fatalf("reason %q: forecast %v (%v), want under the 0.6 of compress-forecast", s.steps[0].Reason, fc, err)
+	}
+	if _, err := fmt.Sscanf(s.steps[0].Reason[strings.Index(s.steps[0].Reason, "rising "):], "rising %gx", &rise); err != nil || rise < 3 {
+		t.Fatalf("reason %q: rise %v (%v), want >= 3", s.steps[0].Reason, rise, err)
+	}
+	// Without the rising rule, blue comes on the forecast at normal
+	// only, 12 s later.
+	pol := testAutoPolicy(t, string(shippedAutoPolicy))
+	pol.Rules = slices.DeleteFunc(pol.Rules, func(r AutoRule) bool { return r.RiseSignal != "" })
+	flat := &sim{e: newAutoEngine(pol, flex.DefaultPlans()), now: t0, level: "normal"}
+	flat.run(5*time.Second+60*time.Second, idleSeries(func() string { return flat.level }))
+	if flat.levels() != "blue" || !strings.HasPrefix(flat.steps[0].Reason, "compress-forecast: ") ||
+		flat.mem.LastStepAt-s.mem.LastStepAt < (10*time.Second).Milliseconds() {
+		t.Fatalf("without the rise: steps %q (%+v) at %v, want blue on the forecast 10 s or more after %v",
+			flat.levels(), flat.steps, time.UnixMilli(flat.mem.LastStepAt).Sub(t0), time.UnixMilli(s.mem.LastStepAt).Sub(t0))
+	}
+	// Through the peak to 2:00 (second 125), then the after phase.
+	s.run(125*time.Second-45*time.Second, func(i int) map[string]float64 { return series(i + 45) })
+	if s.levels() != "blue" {
+		t.Fatalf("steps %q, want blue through the peak", s.levels())
+	}
+	// Blue steps back once the arrivals have fallen and the upload rate
+	// has stayed under 1/s for the 30 s of compress-demand-high's hold
+	// (a rule of yellow, which blue is judged by too).
+	s.run(30*time.Second, func(i int) map[string]float64 { return series(i + 125) })
+	if s.levels() != "blue" {
+		t.Fatalf("steps %q, want blue for the hold's 30 s", s.levels())
+	}
+	s.run(30*time.Second, func(i int) map[string]float64 { return series(i + 155) })
+	if s.levels() != "blue,normal" || !strings.Contains(s.steps[1].Reason, "compress-forecast-rising: compress forecast at normal (worker share) 0.1") {
+		t.Fatalf("steps %q (%+v), want back to normal after the peak", s.levels(), s.steps)
+	}
+}
+
+// TestShippedPolicyBurst: a burst does not step. On an idle box (a
+// photo holds a worker 0.5 s: the forecast at normal 0.25 per upload/s),
+// an album of 9 photos at once lifts the 10 s average of the arrivals
+// from 0.5/s to 1.4/s for 10 s: the forecast passes the rising rule's
+// 0.3, but the rise is 2.8x. On a loaded box (0.7 per upload/s), a spike
+// of 5x for two samples passes every blue threshold for less than the
+// dwell.
+func TestShippedPolicyBurst(t *testing.T) {
+	for _, k := range []float64{0.25, 0.7} {
+		s := newSim(t, string(shippedAutoPolicy))
+		at := func(a float64) func(int) map[string]float64 {
+			return constSig(map[string]float64{SignalUploadArrivals: a, SignalUploadRate: a,
+				SignalCompressForecastNormal: k * a, SignalCompressForecast: k * a, SignalCompressDemand: 0.6})
+		}
+		s.run(2*time.Minute, at(0.5))
+		if k < 0.5 {
+			s.run(10*time.Second, at(1.4))
+		} else {
+			s.run(2*time.Second, at(2.5))
+		}
+		s.run(5*time.Minute, at(0.5))
+		if s.levels() != "" {
+			t.Fatalf("%v s a photo: a burst stepped: %s (%+v)", k*2, s.levels(), s.steps)
+		}
+	}
+}
+
+const risingPolicy = `
+rules:
+  - {name: ramp, signal: compress_forecast_normal, above: 0.3, below: 0.2, rising: {signal: upload_arrivals, by: 3, over: 60s}, dwell: 3s, cooldown: 60s, level: blue}
+`
+
+// TestAutoRising: a rule with a rising fires on its threshold and its
+// rise together, for its dwell; holds while its rise is between its
+// thresholds; clears once the rise is flat, however high its signal.
+func TestAutoRising(t *testing.T) {
+	sig := func(fc, arrivals float64) func(int) map[string]float64 {
+		return constSig(map[string]float64{SignalCompressForecastNormal: fc, SignalUploadArrivals: arrivals})
+	}
+	s := newSim(t, risingPolicy)
+	s.run(time.Minute, sig(0.25, 1))
+	// The rise alone, the threshold alone: no step.
+	s.run(time.Minute, sig(0.28, 5))
+	s.run(2*time.Minute, sig(0.25, 1))
+	s.run(time.Minute, sig(0.5, 1))
+	if s.levels() != "" {
+		t.Fatalf("steps %q on one of the two", s.levels())
+	}
+	// Both: blue after the dwell, the reason with the rise.
+	s.run(3*time.Second, sig(0.4, 4))
+	if s.levels() != "" {
+		t.Fatalf("steps %q before the dwell", s.levels())
+	}
+	s.run(time.Second, sig(0.4, 4))
+	if want := "ramp: compress forecast at normal (worker share) 0.4 > 0.3 and upload arrivals 4/s rising 4x over 60 s for 3 s"; s.levels() != "blue" || s.steps[0].Reason != want {
+		t.Fatalf("steps %q (%+v), want blue: %s", s.levels(), s.steps, want)
+	}
+	// The arrivals stay at 4/s: the level before catches up, the rise
+	// falls through 3 (between: blue holds) to 1, flat: clear, normal.
+	s.run(65*time.Second, sig(0.4, 4))
+	if s.levels() != "blue" {
+		t.Fatalf("steps %q, want blue while the rise is over 1", s.levels())
+	}
+	s.run(10*time.Second, sig(0.4, 4))
+	if want := "ramp: upload arrivals 4/s rising 1x <= 1x over 60 s for 3 s"; s.levels() != "blue,normal" || s.steps[1].Reason != want {
+		t.Fatalf("steps %q (%+v), want normal: %s", s.levels(), s.steps, want)
+	}
+	// A rise from nothing is a start: after arrivals at 0, no rise is
+	// known until the level before holds 15 s (25 s of samples).
+	s = newSim(t, risingPolicy)
+	s.run(time.Minute, sig(0.4, 0))
+	s.run(40*time.Second, sig(0.4, 4))
+	if s.levels() != "" {
+		t.Fatalf("steps %q on a start from 0", s.levels())
+	}
+	if st := s.e.st[0]; !st.riseKnown || st.rise >= 3 {
+		t.Fatalf("rise %v (known %v) after the start, want known, under 3", st.rise, st.riseKnown)
 	}
 }
 
@@ -470,6 +655,14 @@ func TestAutoPolicyValidation(t *testing.T) {
 		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, hold: {signal: upload_rate}}", "rules[0].hold.below: required"},
 		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, hold: {signal: upload_rate, below: 0}}", "rules[0].hold.below: required, a number > 0"},
 		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, hold: {signal: upload_rate, below: 1, above: 2}}", "field above not found"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, rising: {signal: cpu, by: 3, over: 60s}}", "rules[0].rising.signal: unknown signal \"cpu\""},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, rising: {over: 60s}}", "rules[0].rising.by: required, a number > 1"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, rising: {by: 1, over: 60s}}", "rules[0].rising.by: required, a number > 1"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, rising: {by: 3, below: 3, over: 60s}}", "rules[0].rising.below: 3 must be over 0 and under by (3)"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, rising: {by: 3, below: 0, over: 60s}}", "rules[0].rising.below: 0 must be over 0"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, rising: {by: 3}}", "rules[0].rising.over: required, a duration > 0"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, rising: {by: 3, over: 5s}}", "rules[0].rising.over: 5s is shorter than the 10 s of the signals' own averages"},
+		{"rules:\n  - {name: a, signal: compress_backlog, above: 5, below: 1, dwell: 1s, level: blue, rising: {by: 3, over: 60s, above: 2}}", "field above not found"},
 	} {
 		_, err := LoadAutoPolicy([]byte(tc.yaml), plans)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
