@@ -354,8 +354,10 @@ func (s *staged) Write(off int64, data []byte, syncEvery int64) error {
 }
 
 // parallelHashBytes is the chunk size from which Write hashes a chunk on
-// another goroutine while it writes it: the two passes over the bytes run
-// on two cores instead of one after the other.
+// another goroutine while it writes it (the two passes over the bytes run
+// on two cores instead of one after the other) and starts the chunk's
+// writeback to disk at once (startWriteback), so that the fsync before an
+// acknowledgement has little left to write.
 const parallelHashBytes = 64 << 10
 
 // writeHashLocked appends data at written and adds it to the hash; on a
@@ -382,6 +384,9 @@ func (s *staged) writeHashLocked(data []byte) error {
 		close(hashed)
 	}()
 	_, werr := s.f.WriteAt(data, s.written)
+	if werr == nil {
+		startWriteback(s.f, s.written, int64(len(data)))
+	}
 	<-hashed
 	if werr != nil {
 		// Cut back what may have been written, and the hash to before it.
