@@ -13,8 +13,8 @@
 //	h:{USER}          zset    USER's held items, score = hold sequence (publish order)
 //	sq:{SLOT}         string  the sequence counter of the users of one cluster slot
 //	                          (one server: {PREFIX}sq); SLOT is a tag of that slot's own
-//	sh:{SLOT}         string  the held count of that slot's users: at least the items
-//	                          their held sets hold (one server: {PREFIX}sh)
+//	{PREFIX}sh        string  one server only: the held count, at least the items the
+//	                          held sets hold
 //	{PREFIX}hu        zset    held users, score = the user's stable hash in [0,1)
 //	{PREFIX}ha        zset    held users, score = posted-at (ms) of their oldest held item
 //	{PREFIX}hc, rel   string  held item count, released item count
@@ -54,20 +54,21 @@
 //     edge and the upload front. Authors always see their own posts at once.
 //   - A user's items become visible in publish order: while a user has
 //     held items, new items queue behind them even if the user is no
-//     longer delayed. A publish asks the held sets of the users it
-//     delivers to only while their slot's held count is above 0 or
-//     missing: the scripts that hold raise the count first (by the most
-//     they may hold) and lower it after, and a release lowers it by what
-//     it took, each in the script that changes the held sets, so the
-//     count is never below the items held, and a script failing midway
-//     leaves it high (that slot then keeps asking). The count is created,
-//     at 0, by the publish that creates the slot's counter (the first
-//     script on the slot); a slot whose counter predates the count, or a
-//     count deleted, has none and is always asked. A counter missing
-//     while its users hold items would make the new count short: items
-//     held by a version without counters (drain them before upgrading
-//     from one), or a counter evicted (allkeys eviction, which loses held
-//     items themselves too).
+//     longer delayed. On one server a publish asks the held sets of the
+//     users it delivers to only while the held count is above 0 or
+//     missing (a Redis Cluster has no count and always asks): the
+//     scripts that hold raise the count first (by the most they may
+//     hold) and lower it after, and a release lowers it by what it took,
+//     each in the script that changes the held sets, so the count is
+//     never below the items held, and a script failing midway leaves it
+//     high (publishes then keep asking). The count is created, at 0, by
+//     the publish that creates the sequence counter (the first script);
+//     a Redis whose counter predates the count, or whose count was
+//     deleted, has none and is always asked. A counter missing while
+//     users hold items would make the new count short: items held by a
+//     version without counters (drain them before upgrading from one),
+//     or a counter evicted (allkeys eviction, which loses held items
+//     themselves too).
 //   - Release moves a user's items from held to inbox in one Lua script
 //     per slot's batch, so concurrent publishing and releasing never lose
 //     or duplicate an item; the rate is capped by a token bucket in Redis

@@ -116,8 +116,8 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 }
 
 // group is one script's worth of one slot's users: the slot's sequence
-// counter and held count, and the users (indices into the targets), held
-// users last.
+// counter and held count ("" on a cluster: none), and the users (indices
+// into the targets), held users last.
 type group struct {
 	seq, held string
 	users     []int
@@ -157,14 +157,14 @@ func (s *Server) groups(ts []target, only ...int) []group {
 	return gs
 }
 
-// appendGroup appends g's counter, held count, modes, inboxes and the
-// held keys of its users to hold, as deliverGroup reads them, to args.
+// appendGroup appends g's counter, modes, inboxes and the held keys of
+// its users to hold, as nodeScript reads them, to args.
 func (s *Server) appendGroup(args []any, g group, ts []target) []any {
 	modes := make([]byte, len(g.users))
 	for j, i := range g.users {
 		modes[j] = ts[i].mode[0]
 	}
-	args = append(args, g.seq, g.held, string(modes))
+	args = append(args, g.seq, string(modes))
 	for _, i := range g.users {
 		args = append(args, s.rk.inbox(ts[i].user))
 	}
@@ -178,13 +178,18 @@ func (s *Server) appendGroup(args []any, g group, ts []target) []any {
 
 // slotCall is publishScript's call for g.
 func (s *Server) slotCall(r, first string, g group, ts []target) scriptCall {
-	kv := s.appendGroup(make([]any, 0, 3+2*len(g.users)), g, ts)
-	keys := make([]string, 0, len(kv)-1)
-	keys = append(keys, g.seq, g.held)
-	for _, k := range kv[3:] {
+	kv := s.appendGroup(make([]any, 0, 2+2*len(g.users)), g, ts)
+	keys := make([]string, 0, len(kv))
+	keys = append(keys, g.seq)
+	counted := "0"
+	if g.held != "" {
+		keys = append(keys, g.held)
+		counted = "1"
+	}
+	for _, k := range kv[2:] {
 		keys = append(keys, k.(string))
 	}
-	return scriptCall{keys: keys, args: []any{r, s.cfg.MaxInbox, s.seqFloor(), kv[2], first, s.rk.prefix}}
+	return scriptCall{keys: keys, args: []any{r, s.cfg.MaxInbox, s.seqFloor(), kv[1], first, s.rk.prefix, counted}}
 }
 
 // nodeCalls groups the groups by the master serving their slot (on a

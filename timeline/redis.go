@@ -75,14 +75,14 @@ func (s *Server) seq(slot int) string {
 	return s.rk.prefix + "sq:{" + slotTag(slot) + "}"
 }
 
-// slotHeld is the held count of the users of slot: the items their held
-// sets hold, or more (see the package doc); beside the slot's counter,
-// in its slot.
+// slotHeld is the held count of the users of slot on one server: the
+// items their held sets hold, or more (see the package doc). A Redis
+// Cluster keeps none (publishScript says why): "".
 func (s *Server) slotHeld(slot int) string {
-	if !s.cluster {
-		return s.rk.global + "sh"
+	if s.cluster {
+		return ""
 	}
-	return s.rk.prefix + "sh:{" + slotTag(slot) + "}"
+	return s.rk.global + "sh"
 }
 
 var slotTags = sync.OnceValue(func() []string {

@@ -137,9 +137,14 @@ func (s *Server) move(ctx context.Context, users []string, budget int) (int, err
 				n := min(len(idx), s.cfg.FanoutBatch)
 				chunk := idx[:n]
 				idx = idx[n:]
-				c := scriptCall{keys: make([]string, 0, 2+2*n), args: make([]any, 0, 2+n)}
-				c.keys = append(c.keys, seq, held)
-				c.args = append(c.args, s.cfg.MaxInbox, floor)
+				c := scriptCall{keys: make([]string, 0, 2+2*n), args: make([]any, 0, 3+n)}
+				c.keys = append(c.keys, seq)
+				counted := "0"
+				if held != "" {
+					c.keys = append(c.keys, held)
+					counted = "1"
+				}
+				c.args = append(c.args, s.cfg.MaxInbox, floor, counted)
 				for _, i := range chunk {
 					c.keys = append(c.keys, s.rk.inbox(users[i]), s.rk.held(users[i]))
 					c.args = append(c.args, quota(i))

@@ -12,17 +12,18 @@ import "github.com/redis/go-redis/v9"
 
 // publishScript delivers or holds one post for a batch of users.
 //
-// KEYS: the slot's sequence counter, its held count, then the n users'
-// inboxes, then the held sets of the users to hold (mode "h", who come
-// last). ARGV: ref ("AUTHOR POST"), max inbox, the sequence floor (the
+// KEYS: the slot's sequence counter, its held count (one server only:
+// a Redis Cluster keeps none, see below), then the n users' inboxes,
+// then the held sets of the users to hold (mode "h", who come last). ARGV: ref ("AUTHOR POST"), max inbox, the sequence floor (the
 // caller's clock in µs), the users' modes as one string of n letters:
 // "a" the author (always delivered), "d" deliver (unless the user has a
 // backlog), "h" hold; ARGV[5] "1": a first publish (the post record was
 // new), so no user's inbox can hold the post yet and a held user's inbox
 // is not asked; ARGV[6] the key prefix (Config.KeyPrefix), from which
 // the script names the other users' held sets (same hash tag as their
-// inbox: the same slot). Returns one digit per user, as one string: 0
-// delivered, 1 already delivered, 2 held, 3 already held.
+// inbox: the same slot); ARGV[7] "1": KEYS[2] is the held count.
+// Returns one digit per user, as one string: 0 delivered, 1 already
+// delivered, 2 held, 3 already held.
 //
 // It is the publish's cost per follower, so it issues as few commands as
 // it can, and its arguments and reply are a few bytes a user. Every item
@@ -32,10 +33,13 @@ import "github.com/redis/go-redis/v9"
 // number passed to a command is formatted at each call, ~10% of the
 // script's time at 5000 followers). The backlog check (does a user to
 // deliver to hold items?) is skipped while the slot's held count is 0,
-// the common case: then a follower costs one ZADD NX on its inbox (which
-// also tells a repeat) and one key argument. Otherwise (the count is
-// above 0, or missing: unknown) it runs EXISTS on the held sets 50 users
-// at a time, and only a group with some backlog asks each user. A held
+// the common case on one server: then a follower costs one ZADD NX on
+// its inbox (which also tells a repeat) and one key argument. Otherwise
+// (the count is above 0, missing, or not kept) it runs EXISTS on the
+// held sets 50 users at a time, and only a group with some backlog asks
+// each user. A Redis Cluster keeps no held count: its scripts carry the
+// users of one slot (~1.2 of 5000 followers), for whom one EXISTS costs
+// what reading and raising a count would. A held
 // follower costs one ZADD NX to its held set (and, on a retried publish,
 // a ZSCORE of its inbox first). The inbox is trimmed to max inbox on
 // about one delivery in 16 ((seq + i) % 16 == 0), so it runs a few items
@@ -43,7 +47,9 @@ import "github.com/redis/go-redis/v9"
 // posts reach the inbox in publish order.
 var publishScript = redis.NewScript(deliverGroup + `
 local out = {}
-local err = deliverGroup(KEYS, 1, 2, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], out)
+local hn, ib = false, 1
+if ARGV[7] == '1' then hn, ib = KEYS[2], 2 end
+local err = deliverGroup(KEYS, 1, hn, ib, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], out)
 if err then return err end
 return table.concat(out)
 `)
@@ -63,15 +69,12 @@ return table.concat(out)
 // slot migrating key by key), the whole call fails and the caller redoes
 // all its users one slot a script: the commands are idempotent (ZADD NX),
 // so what ran before is found as already done, and only the held count
-// may come out short by those users (see the package doc); the slot's
-// own held count then stays above its held items (it is raised before
-// the holds), which costs that slot the backlog check, never an item's
-// order.
+// may come out short by those users (see the package doc).
 //
 // KEYS: one counter (routing only). ARGV: ref, max inbox, floor, fresh,
 // key prefix (as publishScript's), then for each slot's users: the
-// slot's counter, its held count, their modes (as publishScript's, held
-// users last), their inboxes, the held sets of the users to hold.
+// slot's counter, their modes (as publishScript's, held users last),
+// their inboxes, the held sets of the users to hold.
 // Returns one digit per user, in ARGV order, up to the first slot it
 // could not reach.
 var nodeScript = redis.NewScript(deliverGroup + `
@@ -79,18 +82,18 @@ local ref, maxInbox, floor, fresh, prefix = ARGV[1], tonumber(ARGV[2]), tonumber
 local out = {}
 local at = 6
 while at <= #ARGV do
-  local modes = ARGV[at + 2]
+  local modes = ARGV[at + 1]
   local n = #modes
   local nh = n - ((string.find(modes, 'h', 1, true) or (n + 1)) - 1)
-  if deliverGroup(ARGV, at, at + 2, modes, ref, maxInbox, floor, fresh, prefix, out) then break end
-  at = at + 3 + n + nh
+  if deliverGroup(ARGV, at, false, at + 1, modes, ref, maxInbox, floor, fresh, prefix, out) then break end
+  at = at + 2 + n + nh
 end
 return table.concat(out)
 `)
 
 // deliverGroup is the body of publishScript and nodeScript: one slot's
-// users. keys[k] is the slot's counter, keys[k+1] its held count,
-// keys[ib+i] user i's inbox, and for the nh users to hold (the last,
+// users. keys[k] is the slot's counter, hn the name of its held count
+// (false: none kept), keys[ib+i] user i's inbox, and for the nh users to hold (the last,
 // i > n - nh) keys[ib+n+i-(n-nh)] their held set (n = #modes). The other
 // users' held sets are named from their inbox: prefix .. 'h:' and the
 // inbox key's hash tag. It appends one code a user to out and returns
@@ -102,19 +105,20 @@ return table.concat(out)
 // publish or release since (a release creates the counter too). Before
 // holding, the count is raised by the most users this call may hold, and
 // lowered afterwards by those it did not, so a call that fails midway
-// leaves it high, never low. A missing count is left missing.
+// leaves it high, never low. A missing count is left missing (and the
+// held sets asked).
 const deliverGroup = `
-local function deliverGroup(keys, k, ib, modes, ref, maxInbox, floor, fresh, prefix, out)
+local function deliverGroup(keys, k, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, out)
   local seq = redis.pcall('INCR', keys[k])
   if type(seq) == 'table' then return seq end
-  local hn = keys[k + 1]
   if seq == 1 then
     seq = floor
     redis.call('SET', keys[k], seq)
-    redis.call('SET', hn, 0, 'NX')
+    if hn then redis.call('SET', hn, 0, 'NX') end
   end
   local score = string.format('%.0f', seq)
-  local count = tonumber(redis.call('GET', hn))
+  local count = nil
+  if hn then count = tonumber(redis.call('GET', hn)) end
   local n = #modes
   local byte = string.byte
   local nd = (string.find(modes, 'h', 1, true) or (n + 1)) - 1
@@ -239,9 +243,10 @@ return out
 
 // moveScript releases held items of a batch of users into their inboxes.
 //
-// KEYS: the slot's sequence counter, its held count, then inbox, held
-// for each user. ARGV: max inbox, the sequence floor (as
-// publishScript's), then one quota per user. Each released item gets a
+// KEYS: the slot's sequence counter, its held count (one server only),
+// then inbox, held for each user. ARGV: max inbox, the sequence floor
+// (as publishScript's), "1" when KEYS[2] is the held count, then one
+// quota per user. Each released item gets a
 // fresh inbox score from the slot's counter (a user's items in hold
 // order), so it lands after every cursor handed out; the inbox is
 // trimmed to max inbox; the held count (when it exists) is lowered by
@@ -254,8 +259,10 @@ local base = nextSeq(tonumber(ARGV[2]))
 local top = base - 1
 local taken = 0
 local out = {}
-for i = 1, (#KEYS - 2) / 2 do
-  local inbox, hk, q = KEYS[2*i+1], KEYS[2*i+2], tonumber(ARGV[2+i])
+local hn, at = false, 0
+if ARGV[3] == '1' then hn, at = KEYS[2], 1 end
+for i = 1, (#KEYS - 1 - at) / 2 do
+  local inbox, hk, q = KEYS[2*i+at], KEYS[2*i+1+at], tonumber(ARGV[3+i])
   local moved = 0
   local refs = redis.call('ZRANGE', hk, 0, q - 1)
   if #refs > 0 then
@@ -281,7 +288,7 @@ for i = 1, (#KEYS - 2) / 2 do
   out[#out + 1] = head
 end
 if top >= base then redis.call('SET', KEYS[1], top) end
-if taken > 0 and redis.call('EXISTS', KEYS[2]) == 1 then redis.call('DECRBY', KEYS[2], taken) end
+if hn and taken > 0 and redis.call('EXISTS', hn) == 1 then redis.call('DECRBY', hn, taken) end
 return out
 `)
 

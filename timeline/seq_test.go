@@ -157,13 +157,13 @@ func heldCounts(t *testing.T, rdb redis.UniversalClient, s *timeline.Server, use
 	return counts, items
 }
 
-// TestSlotHeldCount: the slots' held counts sum to the items held, after
-// publishes that hold some, all, or (repeated) none of a post, and come
-// back to 0 when the release has moved everything; a publish then
-// delivers to everyone.
+// TestSlotHeldCount (one server: a cluster keeps no held count): the
+// held count is the items held, after publishes that hold some, all, or
+// (repeated) none of a post in several scripts, and comes back to 0 when
+// the release has moved everything; a publish then delivers to everyone.
 func TestSlotHeldCount(t *testing.T) {
-	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
-		rdb := rt.Client(t)
+	t.Run("server", func(t *testing.T) {
+		var rdb redis.UniversalClient = testenv.StartRedis(t).Client(t)
 		v := start(t, rdb, timeline.Config{FanoutBatch: 16, ReleaseBatch: 16})
 		var fans []string
 		for i := range 60 {
@@ -195,13 +195,14 @@ func TestSlotHeldCount(t *testing.T) {
 	})
 }
 
-// TestMissingHeldCountAsks: a slot whose held count is missing (a Redis
-// holding items from before the count existed) is treated as holding
-// some: a user with a backlog gets the next post held behind it, and
-// neither publish nor release creates a count that would be short.
+// TestMissingHeldCountAsks (one server): a held count that is missing
+// (a Redis holding items from before the count existed) is taken as
+// some items held: a user with a backlog gets the next post held behind
+// it, and neither publish nor release creates a count that would be
+// short.
 func TestMissingHeldCountAsks(t *testing.T) {
-	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
-		rdb := rt.Client(t)
+	t.Run("server", func(t *testing.T) {
+		var rdb redis.UniversalClient = testenv.StartRedis(t).Client(t)
 		ctx := ctxT(t)
 		v := start(t, rdb, timeline.Config{})
 		held, _ := users(0.5)
