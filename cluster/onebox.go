@@ -351,6 +351,8 @@ func (c *Cluster) newNode(id, role, region, masterAddr string, load nodeLoad) (*
 	}
 	if role != "master" {
 		cfg.Shed = &shedding.Config{} // each service declares its methods' classes
+	} else {
+		cfg.StreamWorkers = node.MasterStreamWorkers // as the mains give it
 	}
 	n, err := node.New(cfg)
 	if err != nil {

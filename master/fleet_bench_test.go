@@ -53,7 +53,8 @@ func fleetMaster(redisURL string) int {
 		return 1
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	n, err := node.New(node.Config{ID: "master-1", Role: "master", Logger: quiet,
+	// The master's node as the mains configure it (cmd/internal/daemon).
+	n, err := node.New(node.Config{ID: "master-1", Role: "master", Logger: quiet, StreamWorkers: node.MasterStreamWorkers,
 		Auth: &auth.Config{ClusterSecret: fleetSecret, Operators: ops}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -451,7 +452,12 @@ func benchFleet(b *testing.B, n int) {
 		}()
 	}
 	watching.Wait()
-	time.Sleep(3 * time.Second) // every node heartbeating, the master's caches warm
+	// Every node heartbeating and the master's caches warm, its prober's
+	// connections too: the leader probes DefaultProbeBudget healthy nodes a
+	// second, taking turns, and dials each node the first time (at N = 5000
+	// that was 5 % of the master's CPU in the measured window until
+	// session 7: a start-up cost, not the fleet's steady state).
+	time.Sleep(max(3*time.Second, time.Duration(n/master.DefaultProbeBudget+2)*time.Second))
 
 	oncall := grpc.PerRPCCredentials(auth.Bearer(fleetOncall))
 	mc := willowv1.NewMasterClient(conns[0])

@@ -45,12 +45,13 @@ var errHBBusy = errors.New("heartbeat queue full: redis is not keeping up")
 // hbCall is one heartbeat's write: the node's binding (fp: its
 // credential fingerprint, "" without auth) and its encoded record.
 type hbCall struct {
-	id, fp string
-	rec    []byte
-	ctx    context.Context // the heartbeat's: ended, the writer skips it
-	res    string          // the heartbeat script's answer for this node
-	err    error
-	done   chan struct{} // closed when res/err are set
+	id, fp           string
+	nodeKey, bindKey string // s.nodeKey(id), s.bindKey(id)
+	rec              []byte
+	ctx              context.Context // the heartbeat's: ended, the writer skips it
+	res              string          // the heartbeat script's answer for this node
+	err              error
+	done             chan struct{} // closed when res/err are set
 }
 
 type hbBatcher struct {
@@ -134,7 +135,7 @@ func (s *Server) writeHeartbeats(batch []*hbCall) error {
 	keys = append(keys, s.key("nodes"), s.regSeqKey(), s.regChangedKey())
 	args = append(args, s.cfg.MissedAfter.Milliseconds(), s.cfg.EntryTTL.Milliseconds())
 	for _, c := range batch {
-		keys = append(keys, s.bindKey(c.id), s.nodeKey(c.id))
+		keys = append(keys, c.bindKey, c.nodeKey)
 		args = append(args, c.fp, c.rec, c.id)
 	}
 	res, err := heartbeatBatchScript.Run(ctx, s.hbw, keys, args...).StringSlice()

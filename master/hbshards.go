@@ -6,15 +6,23 @@ import (
 )
 
 // Per-node heartbeat state this master keeps (the last heartbeat it
-// received and the success-window samples), in shards with their own
-// locks: a heartbeat touches one shard and never waits for Route, the
-// registry refresh or another shard's heartbeats (BenchmarkFleet, N=5000).
+// received, the success-window samples and the node's Redis keys), in
+// shards with their own locks: a heartbeat touches one shard and never
+// waits for Route, the registry refresh or another shard's heartbeats
+// (BenchmarkFleet, N=5000).
 const hbShardCount = 64
 
 type hbShard struct {
-	mu      sync.Mutex
-	seen    map[string]int64    // last heartbeat received, unix ms
-	windows map[string][]sample // heartbeats within the success window
+	mu    sync.Mutex
+	nodes map[string]*hbNode
+}
+
+// hbNode is one node's heartbeat state (its shard's lock held).
+type hbNode struct {
+	seen    int64    // last heartbeat received, unix ms
+	window  []sample // heartbeats within the success window
+	nodeKey string   // its entry's and binding's Redis keys, made once:
+	bindKey string   // every heartbeat's batch names both
 }
 
 type hbShards struct {
@@ -25,8 +33,7 @@ type hbShards struct {
 func newHBShards() *hbShards {
 	h := &hbShards{seed: maphash.MakeSeed()}
 	for i := range h.shards {
-		h.shards[i].seen = map[string]int64{}
-		h.shards[i].windows = map[string][]sample{}
+		h.shards[i].nodes = map[string]*hbNode{}
 	}
 	return h
 }
@@ -35,12 +42,26 @@ func (h *hbShards) shard(id string) *hbShard {
 	return &h.shards[maphash.String(h.seed, id)%hbShardCount]
 }
 
+// node returns id's state, made with s's keys for it if it has none (the
+// shard's lock held).
+func (sh *hbShard) node(s *Server, id string) *hbNode {
+	n := sh.nodes[id]
+	if n == nil {
+		n = &hbNode{nodeKey: s.nodeKey(id), bindKey: s.bindKey(id)}
+		sh.nodes[id] = n
+	}
+	return n
+}
+
 // seenMs is the last heartbeat this master received from id (0: none).
 func (h *hbShards) seenMs(id string) int64 {
 	sh := h.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.seen[id]
+	if n := sh.nodes[id]; n != nil {
+		return n.seen
+	}
+	return 0
 }
 
 // forget drops the nodes not in known.
@@ -48,10 +69,9 @@ func (h *hbShards) forget(known map[string]bool) {
 	for i := range h.shards {
 		sh := &h.shards[i]
 		sh.mu.Lock()
-		for id := range sh.seen {
+		for id := range sh.nodes {
 			if !known[id] {
-				delete(sh.seen, id)
-				delete(sh.windows, id)
+				delete(sh.nodes, id)
 			}
 		}
 		sh.mu.Unlock()

@@ -138,10 +138,12 @@ func validInfo(n *willowv1.NodeInfo) error {
 }
 
 // encodeRecord builds a node's Redis entry, adding one heartbeat sample to
-// this master's window for it. Every heartbeat runs it: the protos are
-// marshalled straight into the record and the window is trimmed in place
-// (it is this master's own, under its shard's lock).
-func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now time.Time) ([]byte, error) {
+// this master's window for it, and returns it with the node's heartbeat
+// state (whose keys, set once, the caller may read without the lock).
+// Every heartbeat runs it: the protos are marshalled straight into the
+// record and the window is trimmed in place (it is this master's own,
+// under its shard's lock).
+func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now time.Time) ([]byte, *hbNode, error) {
 	nowMs := now.UnixMilli()
 	sampled := load != nil
 	if load == nil {
@@ -150,7 +152,8 @@ func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now 
 	is, ls := proto.Size(info), proto.Size(load)
 	sh := s.hb.shard(info.GetId())
 	sh.mu.Lock()
-	w := sh.windows[info.GetId()]
+	n := sh.node(s, info.GetId())
+	w := n.window
 	if sampled {
 		w = append(w, sample{At: nowMs, Req: load.GetRequests(), Err: load.GetErrors()})
 	}
@@ -162,14 +165,13 @@ func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now 
 	if i > 0 {
 		w = w[:copy(w, w[i:])]
 	}
-	sh.windows[info.GetId()] = w
-	sh.seen[info.GetId()] = nowMs
+	n.window, n.seen = w, nowMs
 	b, err := appendRecordOf(make([]byte, 0, 24+is+ls+30*len(w)), info, is, load, ls, nowMs, w)
 	sh.mu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("master: encode node record: %w", err)
+		return nil, nil, fmt.Errorf("master: encode node record: %w", err)
 	}
-	return b, nil
+	return b, n, nil
 }
 
 // Register records a node in the shared registry. A node that comes back
@@ -184,7 +186,7 @@ func (s *Server) Register(ctx context.Context, req *willowv1.RegisterRequest) (*
 		return nil, err
 	}
 	now := s.now()
-	b, err := s.encodeRecord(info, nil, now)
+	b, _, err := s.encodeRecord(info, nil, now)
 	if err != nil {
 		return nil, err
 	}
@@ -223,16 +225,22 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 		return nil, err
 	}
 	now := s.now()
-	b, err := s.encodeRecord(info, req.GetLoad(), now)
+	b, hn, err := s.encodeRecord(info, req.GetLoad(), now)
 	if err != nil {
 		return nil, err
 	}
 	s.routeHeartbeat(info.GetId())
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
+	// A heartbeat waits 2 s at most for its batch: the caller's own
+	// deadline when it is sooner (a node's heartbeat call has one), so
+	// most heartbeats need no timer of their own.
+	if dl, ok := ctx.Deadline(); !ok || dl.Sub(now) > 2*time.Second {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+	}
 	// Group commit: one script call for the heartbeats that arrive
 	// together (hbbatch.go).
-	res, err := s.hbb.do(ctx, &hbCall{id: info.GetId(), fp: fp, rec: b}, s.writeHeartbeats)
+	res, err := s.hbb.do(ctx, &hbCall{id: info.GetId(), fp: fp, rec: b, nodeKey: hn.nodeKey, bindKey: hn.bindKey}, s.writeHeartbeats)
 	switch {
 	case err != nil:
 		// Redis is away or not keeping up (errHBBusy): this master still
@@ -347,6 +355,13 @@ func (s *Server) refresh(ctx context.Context) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The snapshot and its route index are installed together (the index
+	// built first, under the route build lock), so a Route finds the index
+	// of the snapshot it reads and never builds one (route_index.go).
+	s.routes.buildMu.Lock()
+	seq := s.routes.started.Add(1)
+	idx := s.buildRouteIndex(v, s.now())
+	idx.seq = seq
 	s.mu.Lock()
 	if v.gen < s.view.gen {
 		// A load that finished after a later one (refresh runs from the
@@ -354,16 +369,18 @@ func (s *Server) refresh(ctx context.Context) (*view, error) {
 		// or Route would answer from the older one, possibly from before
 		// the nodes it lists registered.
 		s.mu.Unlock()
+		s.routes.buildMu.Unlock()
 		return v, nil
 	}
 	s.view = v
 	s.drills.Store(&drills)
+	s.routes.idx.Store(idx)
+	s.mu.Unlock()
+	s.routes.buildMu.Unlock()
 	known := make(map[string]bool, len(v.entries))
 	for _, e := range v.entries {
 		known[e.info.GetId()] = true
 	}
-	s.mu.Unlock()
-	s.installRouteIndex(v)
 	s.hb.forget(known) // nodes gone from the registry
 	s.met.observe(v, s.now(), s.cfg.MissedAfter)
 	return v, nil

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -40,6 +41,10 @@ type roleRoutes struct {
 	// eps is each region's endpoints, least loaded first (each slice at
 	// full capacity: a caller appending to it gets a copy).
 	eps map[string][]*willowv1.Endpoint
+	// until is, in the route index, each endpoint's last heartbeat plus
+	// MissedAfter (unix ms), in the order of eps; minUntil the least.
+	until    map[string][]int64
+	minUntil int64
 }
 
 // groupRoutes lists the nodes of role in entries that heartbeat and are
@@ -55,20 +60,43 @@ func groupRoutes(entries []*entry, now time.Time, missedAfter time.Duration, rol
 		}
 		byRegion[e.info.GetRegion()] = append(byRegion[e.info.GetRegion()], e)
 	}
+	return newRoleRoutes(byRegion, nil)
+}
+
+// newRoleRoutes lists one role's nodes, by region, as Route lists them.
+// until, when given, is each node's last heartbeat plus MissedAfter (unix
+// ms), by ID: kept with the endpoints for the route index (route_index.go).
+func newRoleRoutes(byRegion map[string][]*entry, until map[*entry]int64) *roleRoutes {
 	r := &roleRoutes{regions: make([]string, 0, len(byRegion)), eps: make(map[string][]*willowv1.Endpoint, len(byRegion))}
+	if until != nil {
+		r.until, r.minUntil = make(map[string][]int64, len(byRegion)), math.MaxInt64
+	}
 	for reg, es := range byRegion {
 		r.regions = append(r.regions, reg)
 		eps := endpoints(es)
 		r.eps[reg] = eps[:len(eps):len(eps)]
+		if until != nil {
+			u := make([]int64, len(es))
+			for i, e := range es { // endpoints sorted es
+				u[i] = until[e]
+				r.minUntil = min(r.minUntil, u[i])
+			}
+			r.until[reg] = u
+		}
 	}
+	sortRegions(r)
+	return r
+}
+
+// sortRegions orders r's regions best first: most healthy nodes, then name.
+func sortRegions(r *roleRoutes) {
 	sort.Slice(r.regions, func(i, j int) bool {
 		a, b := r.regions[i], r.regions[j]
-		if len(byRegion[a]) != len(byRegion[b]) {
-			return len(byRegion[a]) > len(byRegion[b])
+		if len(r.eps[a]) != len(r.eps[b]) {
+			return len(r.eps[a]) > len(r.eps[b])
 		}
 		return a < b
 	})
-	return r
 }
 
 // answer is the Route answer for a caller in region (Flex and TtlMs
@@ -98,23 +126,35 @@ func (r *roleRoutes) answer(role, region string) (*willowv1.RouteResponse, error
 	return resp, nil
 }
 
+// endpoints sorts es least loaded first and returns their endpoints (one
+// allocation for all of them: the index builds them four times a second).
 func endpoints(es []*entry) []*willowv1.Endpoint {
-	sort.Slice(es, func(i, j int) bool {
-		a, b := loadScore(es[i]), loadScore(es[j])
-		if a != b {
-			return a < b
+	type scored struct {
+		e    *entry
+		load float64
+	}
+	sc := make([]scored, len(es))
+	for i, e := range es {
+		sc[i] = scored{e, loadScore(e)}
+	}
+	sort.Slice(sc, func(i, j int) bool {
+		a, b := sc[i], sc[j]
+		if a.load != b.load {
+			return a.load < b.load
 		}
-		if ca, cb := es[i].load.GetCpu(), es[j].load.GetCpu(); ca != cb {
+		if ca, cb := a.e.load.GetCpu(), b.e.load.GetCpu(); ca != cb {
 			return ca < cb
 		}
-		return es[i].info.GetId() < es[j].info.GetId()
+		return a.e.info.GetId() < b.e.info.GetId()
 	})
-	out := make([]*willowv1.Endpoint, 0, len(es))
-	for _, e := range es {
-		out = append(out, &willowv1.Endpoint{
-			NodeId: e.info.GetId(), Addr: e.info.GetAddr(), HttpAddr: e.info.GetHttpAddr(),
-			Region: e.info.GetRegion(), Load: loadScore(e),
-		})
+	all := make([]willowv1.Endpoint, len(sc))
+	out := make([]*willowv1.Endpoint, len(sc))
+	for i, x := range sc {
+		es[i] = x.e
+		ep := &all[i]
+		ep.NodeId, ep.Addr, ep.HttpAddr = x.e.info.GetId(), x.e.info.GetAddr(), x.e.info.GetHttpAddr()
+		ep.Region, ep.Load = x.e.info.GetRegion(), x.load
+		out[i] = ep
 	}
 	return out
 }
@@ -134,7 +174,7 @@ func (s *Server) Route(ctx context.Context, req *willowv1.RouteRequest) (*willow
 	if err != nil {
 		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "route: %v", err)
 	}
-	resp, err := idx.roles[req.GetRole()].answer(req.GetRole(), req.GetRegion())
+	resp, err := idx.answer(req.GetRole(), req.GetRegion(), s.now(), s.hb.seenMs)
 	s.met.route(req.GetRole(), err)
 	if err != nil {
 		return nil, err

@@ -11,13 +11,16 @@ import (
 )
 
 // Route's index answers what a Route computed from the snapshot and this
-// master's heartbeats would, without rebuilding while nothing can have
-// changed: it is rebuilt when a listed node falls silent, when a node left
-// out for silence heartbeats again, for a new snapshot, and when the clock
-// goes back.
+// master's heartbeats would, without a build in the call while it has an
+// index of the snapshot: a listed node that falls silent leaves the answer
+// at once (and the route builder is asked for a build); a node left out
+// for silence that heartbeats again is in from the builder's next build;
+// a new snapshot installed without an index is indexed by the call; the
+// clock going back has the builder build again.
 func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 	clock := &testClock{t: t0}
 	s := &Server{cfg: Config{MissedAfter: 3 * time.Second, SuccessWindow: 5 * time.Second}, now: clock.now, hb: newHBShards()}
+	s.routes.kick = make(chan struct{}, 1)
 	s.view = &view{at: t0, entries: []*entry{
 		mk("upload", "a", "a1", StateHealthy, 0, 0),
 		mk("upload", "a", "a2", StateHealthy, 2*time.Second, 1), // silent for 2 s
@@ -32,7 +35,7 @@ func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := idx.roles[role].answer(role, region)
+		resp, err := idx.answer(role, region, clock.now(), s.hb.seenMs)
 		if err != nil {
 			return rpcstatus.Reason(err), idx
 		}
@@ -55,15 +58,32 @@ func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 		t.Fatalf("caller in b without healthy node there: %s", got)
 	}
 
-	// a2 falls silent past MissedAfter: out, without a new snapshot.
+	// a2 falls silent past MissedAfter: out at once, from the same index;
+	// the builder is asked for a new one.
 	clock.add(1001 * time.Millisecond)
-	check("a2 silent 3 s", "upload", "a", "a [a1]  []")
+	if idx := check("a2 silent 3 s", "upload", "a", "a [a1]  []"); idx != first {
+		t.Fatal("Route built the index itself")
+	}
+	if len(s.routes.kick) != 1 {
+		t.Fatal("route builder not asked for a build")
+	}
+	<-s.routes.kick
+	s.rebuildRoutes()
+	if idx := check("a2 silent 3 s, built", "upload", "a", "a [a1]  []"); idx == first {
+		t.Fatal("route builder did not build")
+	}
 
 	// b1 heartbeats to this master: back in at once.
-	if _, err := s.encodeRecord(&willowv1.NodeInfo{Id: "b1", Role: "upload", Region: "b", Addr: "b1:1"}, &willowv1.Load{}, clock.now()); err != nil {
+	if _, _, err := s.encodeRecord(&willowv1.NodeInfo{Id: "b1", Role: "upload", Region: "b", Addr: "b1:1"}, &willowv1.Load{}, clock.now()); err != nil {
 		t.Fatal(err)
 	}
 	s.routeHeartbeat("b1")
+	if len(s.routes.kick) != 1 {
+		t.Fatal("route builder not asked for a build after b1's heartbeat")
+	}
+	<-s.routes.kick
+	check("b1 heartbeat, not built yet", "upload", "a", "a [a1]  []")
+	s.rebuildRoutes()
 	check("b1 heartbeat", "upload", "a", "a [a1] b [b1]")
 
 	// A new snapshot replaces the index.
@@ -73,9 +93,11 @@ func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 	check("new snapshot", "upload", "a", "c [c9]  []")
 	check("new snapshot", "compress", "a", ReasonNoHealthyNodes)
 
-	// The clock goes back before the index was built: rebuilt.
+	// The clock goes back before the index was built: built again.
 	built := s.routes.idx.Load()
 	clock.add(-time.Minute)
+	show("upload", "c")
+	s.rebuildRoutes()
 	if _, idx := show("upload", "c"); idx == built {
 		t.Fatal("index kept after the clock went back")
 	}

@@ -251,6 +251,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.routes.kick = make(chan struct{}, 1)
 	s.started = s.now()
 	if s.log == nil {
 		s.log = deps.Node.Logger()
@@ -290,8 +291,9 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.runAuto(ctx)
 	go s.runTrends(ctx)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.runRefresh(ctx) }()
+	go func() { defer wg.Done(); s.runRoutes(ctx) }()
 	go func() { defer wg.Done(); s.runLeader(ctx) }()
 	<-ctx.Done()
 	wg.Wait()

@@ -104,6 +104,8 @@ func (d *Daemon) NodeConfig() (node.Config, error) {
 	cfg.TLS, cfg.ClientTLS, cfg.Auth = srvTLS, cliTLS, ac
 	if d.role != "master" {
 		cfg.Shed = &shedding.Config{} // each service declares its methods' classes
+	} else if cfg.StreamWorkers == 0 {
+		cfg.StreamWorkers = node.MasterStreamWorkers
 	}
 	return cfg, nil
 }
