@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -24,16 +23,6 @@ func loadScore(e *entry) float64 {
 	return (float64(e.load.GetInFlight()) + e.load.GetQueueMs()/10) / c
 }
 
-// route computes a Route answer from a registry snapshot. Only nodes that
-// heartbeat and are judged healthy are listed. Primary is the caller's
-// region when it has a healthy node, otherwise the region with the most
-// healthy nodes (reason says why); secondary is the best other region, so
-// the two lists never share a region. It fails with UNAVAILABLE
-// (reason no_healthy_nodes) when no node of the role is healthy.
-func route(entries []*entry, now time.Time, missedAfter time.Duration, role, region string) (*willowv1.RouteResponse, error) {
-	return groupRoutes(entries, now, missedAfter, role).answer(role, region)
-}
-
 // roleRoutes is one role's healthy nodes, by region, as Route lists them.
 type roleRoutes struct {
 	// regions best first: most healthy nodes, then name.
@@ -41,48 +30,28 @@ type roleRoutes struct {
 	// eps is each region's endpoints, least loaded first (each slice at
 	// full capacity: a caller appending to it gets a copy).
 	eps map[string][]*willowv1.Endpoint
-	// until is, in the route index, each endpoint's last heartbeat plus
-	// MissedAfter (unix ms), in the order of eps; minUntil the least.
+	// until is each endpoint's last heartbeat plus MissedAfter (unix
+	// ms), in the order of eps; minUntil the least.
 	until    map[string][]int64
 	minUntil int64
 }
 
-// groupRoutes lists the nodes of role in entries that heartbeat and are
-// judged healthy at now.
-func groupRoutes(entries []*entry, now time.Time, missedAfter time.Duration, role string) *roleRoutes {
-	byRegion := map[string][]*entry{}
-	for _, e := range entries {
-		if e.info.GetRole() != role {
-			continue
-		}
-		if st, _, _ := e.state(now, missedAfter); st != StateHealthy {
-			continue
-		}
-		byRegion[e.info.GetRegion()] = append(byRegion[e.info.GetRegion()], e)
-	}
-	return newRoleRoutes(byRegion, nil)
-}
-
 // newRoleRoutes lists one role's nodes, by region, as Route lists them.
-// until, when given, is each node's last heartbeat plus MissedAfter (unix
-// ms), by ID: kept with the endpoints for the route index (route_index.go).
+// until is each node's last heartbeat plus MissedAfter (unix ms), kept
+// with the endpoints for the route index (route_index.go).
 func newRoleRoutes(byRegion map[string][]*entry, until map[*entry]int64) *roleRoutes {
-	r := &roleRoutes{regions: make([]string, 0, len(byRegion)), eps: make(map[string][]*willowv1.Endpoint, len(byRegion))}
-	if until != nil {
-		r.until, r.minUntil = make(map[string][]int64, len(byRegion)), math.MaxInt64
-	}
+	r := &roleRoutes{regions: make([]string, 0, len(byRegion)), eps: make(map[string][]*willowv1.Endpoint, len(byRegion)),
+		until: make(map[string][]int64, len(byRegion)), minUntil: math.MaxInt64}
 	for reg, es := range byRegion {
 		r.regions = append(r.regions, reg)
 		eps := endpoints(es)
 		r.eps[reg] = eps[:len(eps):len(eps)]
-		if until != nil {
-			u := make([]int64, len(es))
-			for i, e := range es { // endpoints sorted es
-				u[i] = until[e]
-				r.minUntil = min(r.minUntil, u[i])
-			}
-			r.until[reg] = u
+		u := make([]int64, len(es))
+		for i, e := range es { // endpoints sorted es
+			u[i] = until[e]
+			r.minUntil = min(r.minUntil, u[i])
 		}
+		r.until[reg] = u
 	}
 	sortRegions(r)
 	return r

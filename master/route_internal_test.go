@@ -10,6 +10,33 @@ import (
 	"willow/rpcstatus"
 )
 
+// route is the Route answer computed from the registry entries alone,
+// without the index (route_index.go answers the same): the tests' statement
+// of Route. Only nodes that heartbeat and are judged healthy are listed.
+// Primary is the caller's region when it has a healthy node, otherwise the
+// region with the most healthy nodes (reason says why); secondary is the
+// best other region, so the two lists never share a region. It fails with UNAVAILABLE
+// (reason no_healthy_nodes) when no node of the role is healthy.
+func route(entries []*entry, now time.Time, missedAfter time.Duration, role, region string) (*willowv1.RouteResponse, error) {
+	return groupRoutes(entries, now, missedAfter, role).answer(role, region)
+}
+
+// groupRoutes lists the nodes of role in entries that heartbeat and are
+// judged healthy at now.
+func groupRoutes(entries []*entry, now time.Time, missedAfter time.Duration, role string) *roleRoutes {
+	byRegion := map[string][]*entry{}
+	for _, e := range entries {
+		if e.info.GetRole() != role {
+			continue
+		}
+		if st, _, _ := e.state(now, missedAfter); st != StateHealthy {
+			continue
+		}
+		byRegion[e.info.GetRegion()] = append(byRegion[e.info.GetRegion()], e)
+	}
+	return newRoleRoutes(byRegion, nil)
+}
+
 var t0 = time.UnixMilli(1_700_000_000_000)
 
 // mk builds a registry entry: role, region, id, state and seconds since
