@@ -170,7 +170,7 @@ type AutoRule struct {
 // the value now is made of. A rise is known once the level before holds
 // a quarter of RiseOver: after a master start or a time without traffic
 // it takes riseRecent + RiseOver/4 of samples.
-const riseRecent = 10 * time.Second
+const riseRecent = signalWindow
 
 type policyFile struct {
 	Ceiling    string     `yaml:"ceiling"`

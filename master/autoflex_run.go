@@ -258,10 +258,10 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 	if err != nil {
 		return nil, err
 	}
-	v = s.withSeen(v)
 	now := s.now()
+	snap := s.flexSnapshot()
 	budget := float64(flex.DefaultStoreWriteBudget)
-	if k := s.flexSnapshot().GetKnobs(); k != nil {
+	if k := snap.GetKnobs(); k != nil {
 		if b, err := parseFloat(k[flex.KnobStoreWriteBudget]); err == nil && b > 0 {
 			budget = b
 		}
@@ -283,8 +283,20 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 			}
 		}
 	}()
-	snap := s.flexSnapshot()
 	fc := newForecast(s.plans)
+	// The image codec in force, by region and group: one flex.Effective
+	// (which walks the knobs by reflection) a group a sample, not one a
+	// compress node.
+	codecs := map[[2]string]string{}
+	codecOf := func(e *entry) string {
+		k := [2]string{e.info.GetRegion(), e.info.GetGroup()}
+		c, ok := codecs[k]
+		if !ok {
+			c = string(flex.Effective(snap, k[0], k[1]).ImageCodec)
+			codecs[k] = c
+		}
+		return c
+	}
 	for _, e := range v.entries {
 		if !e.alive(now, s.cfg.MissedAfter) {
 			continue
@@ -292,7 +304,7 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 		l := e.load
 		switch e.info.GetRole() {
 		case "compress":
-			fc.add(l, string(flex.Effective(snap, e.info.GetRegion(), e.info.GetGroup()).ImageCodec))
+			fc.add(l, codecOf(e))
 			p99 := l.GetQueueP99Ms()
 			if p99 == 0 {
 				p99 = l.GetQueueMs() // a node that does not report the p99
