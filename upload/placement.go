@@ -123,11 +123,12 @@ func jobAdded(loc string, jerr error) (string, error) {
 // record is the proof of a commit, so never before its raw), with job
 // journaled alongside the record write: a job whose record is missing (a
 // crash in between; nothing was acknowledged) is dropped by the worker.
-// Where the store and the journal can prepare (store.Preparer, the file
-// journal), the record's and the job's bytes are made durable alongside
-// the raw, under names no reader sees, and only published (a rename and a
-// directory fsync each, run together) once the raw is durable: one fsync
-// less after another before the acknowledgement. storeErr is the raw's or
+// Where the store or the journal can prepare (store.Preparer, the file
+// journal), the record's or the job's bytes are made durable alongside
+// the raw, under a name no reader sees, and only published (a rename and
+// a directory fsync each, run together) once the raw is durable: one
+// fsync less after another before the acknowledgement. One that cannot
+// writes them after the raw (prepareRecord, prepareAdd). storeErr is the raw's or
 // the record's error, jobErr the journal's.
 func (s *Server) toStore(ctx context.Context, key string, rec *Record, ra io.ReaderAt, size int64, j job) (storeErr, jobErr error) {
 	ctx, cancel := s.storeCtx(ctx)
@@ -136,30 +137,8 @@ func (s *Server) toStore(ctx context.Context, key string, rec *Record, ra io.Rea
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	p, ok := s.st.(store.Preparer)
-	if !ok {
-		if err := s.putRaw(ctx, key, ra, size, ct); err != nil {
-			return err, nil
-		}
-		done := make(chan error, 1)
-		go func() { done <- s.journal.Add(ctx, j) }()
-		storeErr = writeRecord(ctx, s.st, *rec)
-		return storeErr, <-done
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err, nil
-	}
-	type prepared struct {
-		publish func() error
-		abort   func()
-		err     error
-	}
-	recReady := make(chan prepared, 1)
-	go func() {
-		publish, abort, err := p.Prepare(ctx, media.RecordKey(rec.key()), bytes.NewReader(b), int64(len(b)), "application/json")
-		recReady <- prepared{publish, abort, err}
-	}()
+	recReady := make(chan preparedRecord, 1)
+	go func() { recReady <- prepareRecord(ctx, s.st, rec) }()
 	type preparedJob struct {
 		add   func() error
 		abort func()
@@ -182,6 +161,31 @@ func (s *Server) toStore(ctx context.Context, key string, rec *Record, ra io.Rea
 	go func() { done <- pj.add() }()
 	storeErr = pr.publish()
 	return storeErr, <-done
+}
+
+// preparedRecord is a record's write in two steps (store.Preparer):
+// publish puts it in place, abort drops it; err is the preparation's.
+type preparedRecord struct {
+	publish func() error
+	abort   func()
+	err     error
+}
+
+// prepareRecord makes rec's bytes durable under a name no reader sees
+// where st can (store.Preparer); for another store, publish writes the
+// record (writeRecord) and there is nothing to abort, as prepareAdd does
+// for a journal that cannot prepare.
+func prepareRecord(ctx context.Context, st store.Store, rec *Record) preparedRecord {
+	p, ok := st.(store.Preparer)
+	if !ok {
+		return preparedRecord{publish: func() error { return writeRecord(ctx, st, *rec) }, abort: func() {}}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return preparedRecord{err: err}
+	}
+	publish, abort, err := p.Prepare(ctx, media.RecordKey(rec.key()), bytes.NewReader(b), int64(len(b)), "application/json")
+	return preparedRecord{publish, abort, err}
 }
 
 // putRaw stores the verified staged bytes as the raw object. A store that

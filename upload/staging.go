@@ -117,25 +117,19 @@ func writeFileSync(path string, b []byte) error { return writeFile(path, b, true
 // writeFile writes path atomically (temp file and rename), fsyncing file
 // and directory when sync is set.
 func writeFile(path string, b []byte, sync bool) error {
-	if !sync {
-		if err := writeTemp(path, b, false); err != nil {
-			return err
-		}
-		if err := os.Rename(path+".tmp", path); err != nil {
-			_ = os.Remove(path + ".tmp")
-			return err
-		}
-		return nil
-	}
-	if err := writeTempSync(path, b); err != nil {
+	if err := writeTemp(path, b, sync); err != nil {
 		return err
 	}
-	return publishTemp(path)
+	return renameTemp(path, sync)
 }
 
 // writeTempSync writes b to path+".tmp" and fsyncs it: writeFileSync's
 // first half, publishTemp is the second.
 func writeTempSync(path string, b []byte) error { return writeTemp(path, b, true) }
+
+// publishTemp renames path+".tmp" (written by writeTempSync) to path and
+// fsyncs the directory: path is then durable.
+func publishTemp(path string) error { return renameTemp(path, true) }
 
 func writeTemp(path string, b []byte, sync bool) error {
 	tmp := path + ".tmp"
@@ -157,12 +151,15 @@ func writeTemp(path string, b []byte, sync bool) error {
 	return err
 }
 
-// publishTemp renames path+".tmp" (written by writeTempSync) to path and
-// fsyncs the directory: path is then durable.
-func publishTemp(path string) error {
+// renameTemp renames path+".tmp" to path (removing it if that fails), and
+// fsyncs the directory when sync is set.
+func renameTemp(path string, sync bool) error {
 	if err := os.Rename(path+".tmp", path); err != nil {
 		_ = os.Remove(path + ".tmp")
 		return err
+	}
+	if !sync {
+		return nil
 	}
 	return iostat.SyncDir(filepath.Dir(path))
 }
