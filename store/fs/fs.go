@@ -87,9 +87,8 @@ func (s *Store) Prepare(ctx context.Context, key string, r io.Reader, size int64
 			}
 			return fmt.Errorf("fs store: put %s: %w", key, err)
 		}
-		if d, derr := os.Open(filepath.Dir(p)); derr == nil {
-			_ = d.Sync()
-			d.Close()
+		if err := syncDir(filepath.Dir(p)); err != nil {
+			return fmt.Errorf("fs store: put %s: sync dir: %w", key, err)
 		}
 		return nil
 	}
