@@ -52,6 +52,8 @@ func userTag(user string) string {
 }
 
 // inbox and held are one user's keys: one hash tag, one cluster slot.
+// deliverGroup (scripts.go) names a user's held set from the inbox key
+// (prefix .. "h:" .. what follows prefix .. "in:"): change both together.
 func (k redisKeys) inbox(user string) string { return k.prefix + "in:{" + userTag(user) + "}" }
 func (k redisKeys) held(user string) string  { return k.prefix + "h:{" + userTag(user) + "}" }
 
