@@ -178,10 +178,10 @@ func (c *hitConn) serve() {
 }
 
 // idleDeadlineSlack is how stale the idle read deadline may be: it is set
-// again only when it was set at least this long ago (at most
-// idle/idleDeadlineSlack), so a connection serving requests back to back
-// does not move its timer on every request; the idle timeout a connection
-// gets is between idle minus the slack and idle.
+// again only when it was set at least this long ago (or a sixteenth of
+// the idle timeout, if less), so a connection serving requests back to
+// back does not move its timer on every request; the idle timeout a
+// connection gets is between idle minus the slack and idle.
 const idleDeadlineSlack = time.Second
 
 // idleDeadline sets the read deadline for waiting for the next request
