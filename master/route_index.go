@@ -194,10 +194,11 @@ func (s *Server) runRoutes(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		t.Reset(time.Hour)
+		wait := time.Hour
 		if idx := s.routes.idx.Load(); idx != nil && idx.validUntil != math.MaxInt64 {
-			t.Reset(max(time.Duration(idx.validUntil-s.now().UnixMilli())*time.Millisecond, time.Millisecond))
+			wait = max(time.Duration(idx.validUntil-s.now().UnixMilli())*time.Millisecond, time.Millisecond)
 		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
