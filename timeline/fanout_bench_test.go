@@ -212,100 +212,188 @@ func addFollowers(b *testing.B, rdb redis.UniversalClient, author string, f int)
 	}
 }
 
+// fillInboxes gives each of the f followers addFollowers made an inbox of
+// n items, as a long-running feed has (n = MaxInbox: full): members
+// "user-J pJ" (other authors' posts, the size of a real ref) with scores
+// 1..n, below any sequence number a publish hands out. One inbox is built
+// with ZADD and copied to the others with DUMP and RESTORE, pipelined
+// (1000 keys a pipeline); then every inbox's ZCARD is checked, so a seed
+// that fell short fails the benchmark instead of measuring small inboxes.
+// On an append-only server it then rewrites the AOF and waits for the
+// rewrite to end, so the one the seed's volume triggers does not run
+// during the measurement.
+func fillInboxes(b *testing.B, rdb redis.UniversalClient, f, n int) {
+	ctx := context.Background()
+	inbox := func(i int) string { return fmt.Sprintf("willow:tl:in:{user-%d}", i) }
+	items := make([]redis.Z, n)
+	for j := range items {
+		items[j] = redis.Z{Score: float64(j + 1), Member: fmt.Sprintf("user-%d p%d", 10000+j%500, 1000000+j)}
+	}
+	if err := rdb.ZAdd(ctx, inbox(0), items...).Err(); err != nil {
+		b.Fatal(err)
+	}
+	blob, err := rdb.Dump(ctx, inbox(0)).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for a := 1; a < f; a += 1000 {
+		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := a; i < min(f, a+1000); i++ {
+				p.RestoreReplace(ctx, inbox(i), 0, blob)
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for a := 0; a < f; a += 1000 {
+		var cards []*redis.IntCmd
+		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := a; i < min(f, a+1000); i++ {
+				cards = append(cards, p.ZCard(ctx, inbox(i)))
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		for k, c := range cards {
+			if c.Val() != int64(n) {
+				b.Fatalf("inbox of user-%d holds %d items after the seed, want %d", a+k, c.Val(), n)
+			}
+		}
+	}
+	forEachServer(ctx, rdb, func(cl *redis.Client) {
+		if on, _ := cl.ConfigGet(ctx, "appendonly").Result(); on["appendonly"] != "yes" {
+			return
+		}
+		_ = cl.BgRewriteAOF(ctx).Err() // "already in progress" is fine: the wait below covers it
+		for t0 := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+			s, err := cl.Info(ctx, "persistence").Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if strings.Contains(s, "aof_rewrite_in_progress:0") && strings.Contains(s, "aof_rewrite_scheduled:0") {
+				return
+			}
+			if time.Since(t0) > 2*time.Minute {
+				b.Fatal("AOF rewrite after the seed still running after 2 minutes")
+			}
+		}
+	})
+}
+
 // BenchmarkTimelineFanout publishes for an author with F followers at
 // delay ratio 0 and 0.5 (release paused), on one redis-server and on a
-// real 3-master Redis Cluster, over gRPC. Reported per publish: p50/p99
-// latency, Redis round trips and bytes, items held, Redis memory growth,
-// and CPU: the redis-server processes' (INFO cpu) and this process's (the service
-// and its client), which a loaded machine inflates less than latency. make bench-timeline runs it.
+// real 3-master Redis Cluster, over gRPC, to followers whose inboxes are
+// empty before the run (inbox=small: they hold at most the run's ~21
+// items, listpack-encoded) or full (inbox=full: MaxInbox items each,
+// skiplists, as in a feed that has run a while; fillInboxes). Reported
+// per publish: p50/p99 latency, Redis round trips and bytes, items held,
+// Redis memory growth, and CPU: the redis-server processes' (INFO cpu)
+// and this process's (the service and its client), which a loaded
+// machine inflates less than latency. make bench-timeline runs it.
 func BenchmarkTimelineFanout(b *testing.B) {
 	for _, kind := range testenv.RedisKinds {
 		for _, f := range []int{10, 100, 1000, 5000} {
 			for _, ratio := range []float64{0, 0.5} {
-				b.Run(fmt.Sprintf("%s/F=%d/ratio=%v", kind, f, ratio), func(b *testing.B) {
-					r := testenv.StartRedisKind(b, kind)
-					var m redisMeter
-					rdb := meteredClient(b, r, &m)
-					c, _ := startBenchTimeline(b, rdb, ratio, 0)
-					addFollowers(b, rdb, "star", f)
-					ctx := context.Background()
-					// Warm up: scripts loaded, connections dialed.
-					if _, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: "warm"}); err != nil {
-						b.Fatal(err)
+				for _, full := range []bool{false, true} {
+					inbox := "small"
+					if full {
+						inbox = "full"
 					}
-					diag := os.Getenv("WILLOW_TL_COMMANDSTATS") != ""
-					if diag {
-						forEachServer(ctx, rdb, func(cl *redis.Client) {
-							cl.ConfigSet(ctx, "slowlog-log-slower-than", "500")
-							cl.ConfigSet(ctx, "slowlog-max-len", "4096")
-							cl.SlowLogReset(ctx)
-						})
-					}
-					mem0 := usedMemory(ctx, rdb)
-					trips0, bytes0 := m.trips.Load(), m.bytes.Load()
-					cmds0 := redisCommands(ctx, rdb)
-					rcpu0, gcpu0 := redisCPU(ctx, rdb), processCPU()
-					lat := make([]time.Duration, 0, b.N)
-					held := 0
-					b.ResetTimer()
-					for i := range b.N {
-						t0 := time.Now()
-						resp, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: fmt.Sprint("p", i), MediaIds: []string{"s.a.n1.k"}})
-						if err != nil {
-							b.Fatal(err)
-						}
-						lat = append(lat, time.Since(t0))
-						held += int(resp.GetHeld())
-					}
-					b.StopTimer()
-					rcpu, gcpu := redisCPU(ctx, rdb)-rcpu0, processCPU()-gcpu0
-					var calls int64
-					var per []string
-					for name, st := range redisCommands(ctx, rdb) {
-						st.calls -= cmds0[name].calls
-						st.usec -= cmds0[name].usec
-						calls += st.calls
-						if st.calls > 0 {
-							per = append(per, fmt.Sprintf("%s %.0f calls %.2f ms", name, float64(st.calls)/float64(b.N), float64(st.usec)/float64(b.N)/1000))
-						}
-					}
-					if diag {
-						slices.Sort(per)
-						b.Logf("per publish (INFO commandstats; a script's usec includes its inner calls'): %s", strings.Join(per, "; "))
-						var mu sync.Mutex
-						var slow []time.Duration
-						forEachServer(ctx, rdb, func(cl *redis.Client) {
-							logs, _ := cl.SlowLogGet(ctx, 4096).Result()
-							mu.Lock()
-							for _, l := range logs {
-								slow = append(slow, l.Duration)
-							}
-							mu.Unlock()
-						})
-						slices.Sort(slow)
-						if len(slow) > 0 {
-							b.Logf("SLOWLOG, commands over 0.5 ms: %d (%.1f a publish), median %v, max %v",
-								len(slow), float64(len(slow))/float64(b.N), slow[len(slow)/2], slow[len(slow)-1])
-						}
-					}
-					slices.Sort(lat)
-					q := func(p float64) float64 {
-						return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-					}
-					n := float64(b.N)
-					b.ReportMetric(q(0.5), "p50-ms")
-					b.ReportMetric(q(0.99), "p99-ms")
-					b.ReportMetric(float64(m.trips.Load()-trips0)/n, "trips/op")
-					b.ReportMetric(float64(m.bytes.Load()-bytes0)/n/1024, "KB/op")
-					b.ReportMetric(float64(held)/n, "held/op")
-					b.ReportMetric(float64(usedMemory(ctx, rdb)-mem0)/n/1024, "memKB/op")
-					b.ReportMetric(float64(rcpu)/n/1000, "redis-cpu-ms/op")
-					b.ReportMetric(float64(calls)/n, "redis-cmds/op")
-					b.ReportMetric(float64(gcpu.Microseconds())/n/1000, "go-cpu-ms/op")
-				})
+					b.Run(fmt.Sprintf("%s/F=%d/ratio=%v/inbox=%s", kind, f, ratio, inbox), func(b *testing.B) {
+						benchFanout(b, kind, f, ratio, full)
+					})
+				}
 			}
 		}
 	}
+}
+
+// benchFanout is one BenchmarkTimelineFanout case.
+func benchFanout(b *testing.B, kind string, f int, ratio float64, full bool) {
+	r := testenv.StartRedisKind(b, kind)
+	var m redisMeter
+	rdb := meteredClient(b, r, &m)
+	c, _ := startBenchTimeline(b, rdb, ratio, 0)
+	addFollowers(b, rdb, "star", f)
+	if full {
+		fillInboxes(b, rdb, f, timeline.DefaultMaxInbox)
+	}
+	ctx := context.Background()
+	// Warm up: scripts loaded, connections dialed.
+	if _, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: "warm"}); err != nil {
+		b.Fatal(err)
+	}
+	diag := os.Getenv("WILLOW_TL_COMMANDSTATS") != ""
+	if diag {
+		forEachServer(ctx, rdb, func(cl *redis.Client) {
+			cl.ConfigSet(ctx, "slowlog-log-slower-than", "500")
+			cl.ConfigSet(ctx, "slowlog-max-len", "4096")
+			cl.SlowLogReset(ctx)
+		})
+	}
+	mem0 := usedMemory(ctx, rdb)
+	trips0, bytes0 := m.trips.Load(), m.bytes.Load()
+	cmds0 := redisCommands(ctx, rdb)
+	rcpu0, gcpu0 := redisCPU(ctx, rdb), processCPU()
+	lat := make([]time.Duration, 0, b.N)
+	held := 0
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		resp, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: fmt.Sprint("p", i), MediaIds: []string{"s.a.n1.k"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+		held += int(resp.GetHeld())
+	}
+	b.StopTimer()
+	rcpu, gcpu := redisCPU(ctx, rdb)-rcpu0, processCPU()-gcpu0
+	var calls int64
+	var per []string
+	for name, st := range redisCommands(ctx, rdb) {
+		st.calls -= cmds0[name].calls
+		st.usec -= cmds0[name].usec
+		calls += st.calls
+		if st.calls > 0 {
+			per = append(per, fmt.Sprintf("%s %.0f calls %.2f ms", name, float64(st.calls)/float64(b.N), float64(st.usec)/float64(b.N)/1000))
+		}
+	}
+	if diag {
+		slices.Sort(per)
+		b.Logf("per publish (INFO commandstats; a script's usec includes its inner calls'): %s", strings.Join(per, "; "))
+		var mu sync.Mutex
+		var slow []time.Duration
+		forEachServer(ctx, rdb, func(cl *redis.Client) {
+			logs, _ := cl.SlowLogGet(ctx, 4096).Result()
+			mu.Lock()
+			for _, l := range logs {
+				slow = append(slow, l.Duration)
+			}
+			mu.Unlock()
+		})
+		slices.Sort(slow)
+		if len(slow) > 0 {
+			b.Logf("SLOWLOG, commands over 0.5 ms: %d (%.1f a publish), median %v, max %v",
+				len(slow), float64(len(slow))/float64(b.N), slow[len(slow)/2], slow[len(slow)-1])
+		}
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	n := float64(b.N)
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(float64(m.trips.Load()-trips0)/n, "trips/op")
+	b.ReportMetric(float64(m.bytes.Load()-bytes0)/n/1024, "KB/op")
+	b.ReportMetric(float64(held)/n, "held/op")
+	b.ReportMetric(float64(usedMemory(ctx, rdb)-mem0)/n/1024, "memKB/op")
+	b.ReportMetric(float64(rcpu)/n/1000, "redis-cpu-ms/op")
+	b.ReportMetric(float64(calls)/n, "redis-cmds/op")
+	b.ReportMetric(float64(gcpu.Microseconds())/n/1000, "go-cpu-ms/op")
 }
 
 // BenchmarkTimelineRelease holds one post for half of 5000 followers,
