@@ -3,6 +3,7 @@ package master_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,7 +74,7 @@ func fleetMaster(redisURL string) int {
 	}
 	ctx := context.Background()
 	go s.Run(ctx)
-	if p, hp := os.Getenv("WILLOW_FLEET_CPUPROFILE"), os.Getenv("WILLOW_FLEET_HEAPPROFILE"); p != "" || hp != "" {
+	if p, hp, tp := os.Getenv("WILLOW_FLEET_CPUPROFILE"), os.Getenv("WILLOW_FLEET_HEAPPROFILE"), fleetTraceFile("master"); p != "" || hp != "" || tp != "" {
 		// The master's profiles of the measured part of the run: the
 		// benchmark sends SIGUSR1 when it starts measuring, SIGUSR2 when
 		// it stops. The CPU profile covers the measured part; the heap
@@ -81,15 +83,24 @@ func fleetMaster(redisURL string) int {
 		sig := make(chan os.Signal, 2)
 		signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
 		go func() {
-			var f *os.File
+			var f, tf *os.File
 			for s := range sig {
 				switch {
-				case s == syscall.SIGUSR1 && f == nil && p != "":
-					if f, err = os.Create(p + ".tmp"); err == nil && pprof.StartCPUProfile(f) != nil {
-						f.Close()
-						f = nil
+				case s == syscall.SIGUSR1:
+					if f == nil && p != "" {
+						if f, err = os.Create(p + ".tmp"); err == nil && pprof.StartCPUProfile(f) != nil {
+							f.Close()
+							f = nil
+						}
+					}
+					if tf == nil && tp != "" {
+						tf = startTrace(tp)
 					}
 				case s == syscall.SIGUSR2:
+					if tf != nil {
+						stopTrace(tf, tp)
+						tf = nil
+					}
 					if f != nil {
 						pprof.StopCPUProfile()
 						f.Close()
@@ -110,6 +121,37 @@ func fleetMaster(redisURL string) int {
 		return 1
 	}
 	return 0
+}
+
+// fleetTraceFile is where a process of the fleet benchmark writes its
+// runtime trace of the measured part ("" without WILLOW_FLEET_TRACE):
+// PREFIX.master for the master, PREFIX.sim for the simulated fleet.
+func fleetTraceFile(side string) string {
+	if p := os.Getenv("WILLOW_FLEET_TRACE"); p != "" {
+		return p + "." + side
+	}
+	return ""
+}
+
+// startTrace starts a runtime trace to file+".tmp" (nil if it cannot).
+func startTrace(file string) *os.File {
+	f, err := os.Create(file + ".tmp")
+	if err != nil {
+		return nil
+	}
+	if trace.Start(f) != nil {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// stopTrace ends the trace started by startTrace and renames it to file.
+func stopTrace(f *os.File, file string) {
+	trace.Stop()
+	if f.Close() == nil {
+		_ = os.Rename(file+".tmp", file)
+	}
 }
 
 // writeProfile writes the named runtime profile to file (whole, by rename).
@@ -195,6 +237,41 @@ type simNode struct {
 	busy  atomic.Bool                // a heartbeat in flight
 	hb    *willowv1.HeartbeatRequest // reused by its heartbeats, one at a time
 	rnd   *rand.Rand                 // its heartbeats' load figures
+	// Its heartbeat stream (HeartbeatStream, as node.heartbeater keeps
+	// one), opened by the first heartbeat and again after one broke; nil
+	// with WILLOW_FLEET_UNARY=1 (unary Heartbeat calls, as older nodes).
+	stream grpc.BidiStreamingClient[willowv1.HeartbeatRequest, willowv1.HeartbeatResponse]
+	end    context.CancelFunc // ends stream
+}
+
+// heartbeat sends sn's heartbeat and returns the master's answer within
+// timeout: on its stream unless unary.
+func (sn *simNode) heartbeat(ctx context.Context, unary bool, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
+	if unary {
+		hctx, hcancel := context.WithTimeout(ctx, timeout)
+		defer hcancel()
+		return sn.mc.Heartbeat(hctx, sn.hb, sn.creds)
+	}
+	if sn.stream == nil {
+		sctx, cancel := context.WithCancel(ctx)
+		st, err := sn.mc.HeartbeatStream(sctx, sn.creds)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		sn.stream, sn.end = st, cancel
+	}
+	late := time.AfterFunc(timeout, sn.end)
+	err := sn.stream.Send(sn.hb)
+	var resp *willowv1.HeartbeatResponse
+	if err == nil || errors.Is(err, io.EOF) {
+		resp, err = sn.stream.Recv()
+	}
+	if !late.Stop() || err != nil {
+		sn.end()
+		sn.stream = nil
+	}
+	return resp, err
 }
 
 // fleetSlot is the simulated fleet's heartbeat scheduling step: each node
@@ -349,6 +426,7 @@ func benchFleet(b *testing.B, n int) {
 	// heartbeat loop (one call at a time, a ticker that drops ticks) does.
 	// Each node reuses its own request and load (only its own heartbeat,
 	// one at a time, uses them).
+	unary := os.Getenv("WILLOW_FLEET_UNARY") == "1"
 	var hbOK, hbErr, hbStarted, hbSkipped atomic.Int64
 	var measuring atomic.Bool
 	var hbMu sync.Mutex
@@ -363,10 +441,8 @@ func benchFleet(b *testing.B, n int) {
 		l.Requests, l.Errors, l.SuccessRate, l.RssBytes = req, req/500, 0.998, 200<<20+r.Int64N(100<<20)
 		l.NetBytesIn, l.NetBytesOut = r.Int64N(1<<40), r.Int64N(1<<40)
 		l.Gauges["pool1_bytes"] = float64(r.IntN(1 << 30))
-		hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
 		hs := time.Now()
-		resp, err := sn.mc.Heartbeat(hctx, sn.hb, sn.creds)
-		hcancel()
+		resp, err := sn.heartbeat(ctx, unary, 2*time.Second)
 		if measuring.Load() {
 			d := time.Since(hs)
 			hbMu.Lock()
@@ -477,20 +553,25 @@ func benchFleet(b *testing.B, n int) {
 	missed, routeFailed := 0, 0
 	// The master's profiles of the measured part (fleetMaster).
 	profile, heapProfile := os.Getenv("WILLOW_FLEET_CPUPROFILE"), os.Getenv("WILLOW_FLEET_HEAPPROFILE")
+	masterTrace := fleetTraceFile("master")
+	var simTrace *os.File
+	if t := fleetTraceFile("sim"); t != "" {
+		simTrace = startTrace(t)
+	}
 	var stopOnce sync.Once
 	stopProfile := func() {
 		stopOnce.Do(func() {
 			_ = cmd.Process.Signal(syscall.SIGUSR2)
 			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				if fileMissing(profile) || fileMissing(heapProfile) || fileMissing(heapProfile+".goroutines") {
+				if fileMissing(profile) || fileMissing(heapProfile) || fileMissing(heapProfile+".goroutines") || fileMissing(masterTrace) {
 					continue
 				}
 				return
 			}
 		})
 	}
-	if profile != "" || heapProfile != "" {
-		for _, f := range []string{profile, heapProfile, heapProfile + ".goroutines"} {
+	if profile != "" || heapProfile != "" || masterTrace != "" {
+		for _, f := range []string{profile, heapProfile, heapProfile + ".goroutines", masterTrace} {
 			_ = os.Remove(f)
 		}
 		_ = cmd.Process.Signal(syscall.SIGUSR1)
@@ -542,6 +623,7 @@ func benchFleet(b *testing.B, n int) {
 				defer routing.Done()
 				rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 				defer rcancel()
+				defer trace.StartRegion(rctx, "route").End()
 				rs := time.Now()
 				_, err := sn.mc.Route(rctx, &willowv1.RouteRequest{Role: role, Region: region}, sn.creds)
 				d := time.Since(rs)
@@ -558,7 +640,10 @@ func benchFleet(b *testing.B, n int) {
 		routing.Wait()
 	}
 	b.StopTimer()
-	if profile != "" || heapProfile != "" {
+	if simTrace != nil {
+		stopTrace(simTrace, fleetTraceFile("sim"))
+	}
+	if profile != "" || heapProfile != "" || masterTrace != "" {
 		stopProfile()
 	}
 	wait1, simWait1 := runqueueWait(pid), runqueueWait(os.Getpid())

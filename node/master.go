@@ -2,10 +2,14 @@ package node
 
 import (
 	"context"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	willowv1 "willow/proto/willow/v1"
 )
@@ -30,9 +34,11 @@ func (n *Node) runMaster(ctx context.Context) {
 func (n *Node) heartbeatLoop(ctx context.Context, mc willowv1.MasterClient) {
 	t := time.NewTicker(n.cfg.HeartbeatInterval)
 	defer t.Stop()
+	hb := &heartbeater{mc: mc}
+	defer hb.close()
 	for {
 		if n.activeDrill("silence") == nil {
-			n.beat(ctx, mc)
+			n.beat(ctx, mc, hb)
 		}
 		select {
 		case <-ctx.Done():
@@ -42,10 +48,10 @@ func (n *Node) heartbeatLoop(ctx context.Context, mc willowv1.MasterClient) {
 	}
 }
 
-func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient) {
-	cctx, cancel := context.WithTimeout(ctx, n.cfg.HeartbeatInterval)
-	defer cancel()
+func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient, hb *heartbeater) {
 	if !n.registered.Load() {
+		cctx, cancel := context.WithTimeout(ctx, n.cfg.HeartbeatInterval)
+		defer cancel()
 		resp, err := mc.Register(cctx, &willowv1.RegisterRequest{Node: n.Info()})
 		if err != nil {
 			n.log.Debug("register", "err", err)
@@ -60,7 +66,7 @@ func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient) {
 	if st := n.Flex(); st != nil {
 		ver = st.GetVersion()
 	}
-	resp, err := mc.Heartbeat(cctx, &willowv1.HeartbeatRequest{Node: n.Info(), Load: n.load(), FlexVersion: ver})
+	resp, err := hb.beat(ctx, &willowv1.HeartbeatRequest{Node: n.Info(), Load: n.load(), FlexVersion: ver}, n.cfg.HeartbeatInterval)
 	if err != nil {
 		n.log.Debug("heartbeat", "err", err)
 		return
@@ -69,6 +75,72 @@ func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient) {
 		n.registered.Store(false)
 	}
 	n.setDrills(resp.GetDrills())
+}
+
+// unaryHeartbeatFor is how long a node heartbeats by unary calls after
+// its master answered HeartbeatStream with Unimplemented (an older
+// master) before it tries the stream again.
+const unaryHeartbeatFor = time.Minute
+
+// heartbeater sends a node's heartbeats to its master, one at a time:
+// over one long-lived HeartbeatStream, opened at the first heartbeat and
+// again at the one after it broke, or by unary Heartbeat calls while the
+// master does not have the stream. The node's heartbeat loop owns it.
+type heartbeater struct {
+	mc         willowv1.MasterClient
+	stream     grpc.BidiStreamingClient[willowv1.HeartbeatRequest, willowv1.HeartbeatResponse]
+	cancel     context.CancelFunc // ends stream
+	unaryUntil time.Time          // the master has no stream: unary calls until then
+}
+
+// beat sends req and returns the master's answer within timeout. A
+// stream whose answer is late or fails is closed (the next beat opens
+// another); when the master does not have the stream, this heartbeat and
+// those of the next unaryHeartbeatFor are unary calls.
+func (h *heartbeater) beat(ctx context.Context, req *willowv1.HeartbeatRequest, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
+	if time.Now().Before(h.unaryUntil) {
+		return h.unary(ctx, req, timeout)
+	}
+	if h.stream == nil {
+		sctx, cancel := context.WithCancel(ctx)
+		st, err := h.mc.HeartbeatStream(sctx, grpc.WaitForReady(false))
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		h.stream, h.cancel = st, cancel
+	}
+	late := time.AfterFunc(timeout, h.cancel) // a late answer ends the stream
+	err := h.stream.Send(req)
+	var resp *willowv1.HeartbeatResponse
+	if err == nil || errors.Is(err, io.EOF) { // io.EOF: the stream ended, Recv says how
+		resp, err = h.stream.Recv()
+	}
+	if !late.Stop() || err != nil {
+		h.close()
+	}
+	if err == nil {
+		return resp, nil
+	}
+	if status.Code(err) == codes.Unimplemented {
+		h.unaryUntil = time.Now().Add(unaryHeartbeatFor)
+		return h.unary(ctx, req, timeout)
+	}
+	return nil, err
+}
+
+func (h *heartbeater) unary(ctx context.Context, req *willowv1.HeartbeatRequest, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return h.mc.Heartbeat(cctx, req)
+}
+
+// close ends the stream, if one is open.
+func (h *heartbeater) close() {
+	if h.stream != nil {
+		h.cancel()
+		h.stream, h.cancel = nil, nil
+	}
 }
 
 // jitter spreads a reconnect delay over [d/2, d], so the nodes a master

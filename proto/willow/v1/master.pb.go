@@ -2732,10 +2732,11 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\x15CancelScheduleRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason2\xfe\b\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason2\xd0\t\n" +
 	"\x06Master\x12C\n" +
 	"\bRegister\x12\x1a.willow.v1.RegisterRequest\x1a\x1b.willow.v1.RegisterResponse\x12F\n" +
-	"\tHeartbeat\x12\x1b.willow.v1.HeartbeatRequest\x1a\x1c.willow.v1.HeartbeatResponse\x12:\n" +
+	"\tHeartbeat\x12\x1b.willow.v1.HeartbeatRequest\x1a\x1c.willow.v1.HeartbeatResponse\x12P\n" +
+	"\x0fHeartbeatStream\x12\x1b.willow.v1.HeartbeatRequest\x1a\x1c.willow.v1.HeartbeatResponse(\x010\x01\x12:\n" +
 	"\x05Route\x12\x17.willow.v1.RouteRequest\x1a\x18.willow.v1.RouteResponse\x129\n" +
 	"\x05Watch\x12\x17.willow.v1.WatchRequest\x1a\x15.willow.v1.WatchEvent0\x01\x12:\n" +
 	"\aGetFlex\x12\x19.willow.v1.GetFlexRequest\x1a\x14.willow.v1.FlexState\x12@\n" +
@@ -2840,38 +2841,40 @@ var file_willow_v1_master_proto_depIdxs = []int32{
 	29, // 27: willow.v1.ListSchedulesResponse.schedules:type_name -> willow.v1.ScheduledChange
 	2,  // 28: willow.v1.Master.Register:input_type -> willow.v1.RegisterRequest
 	4,  // 29: willow.v1.Master.Heartbeat:input_type -> willow.v1.HeartbeatRequest
-	6,  // 30: willow.v1.Master.Route:input_type -> willow.v1.RouteRequest
-	9,  // 31: willow.v1.Master.Watch:input_type -> willow.v1.WatchRequest
-	11, // 32: willow.v1.Master.GetFlex:input_type -> willow.v1.GetFlexRequest
-	12, // 33: willow.v1.Master.SetFlex:input_type -> willow.v1.SetFlexRequest
-	14, // 34: willow.v1.Master.RollbackFlex:input_type -> willow.v1.RollbackFlexRequest
-	15, // 35: willow.v1.Master.FlexHistory:input_type -> willow.v1.FlexHistoryRequest
-	18, // 36: willow.v1.Master.ListNodes:input_type -> willow.v1.ListNodesRequest
-	21, // 37: willow.v1.Master.SetDrill:input_type -> willow.v1.SetDrillRequest
-	23, // 38: willow.v1.Master.ListDrills:input_type -> willow.v1.ListDrillsRequest
-	25, // 39: willow.v1.Master.GetFlexAuto:input_type -> willow.v1.GetFlexAutoRequest
-	26, // 40: willow.v1.Master.SetFlexAuto:input_type -> willow.v1.SetFlexAutoRequest
-	30, // 41: willow.v1.Master.ScheduleFlex:input_type -> willow.v1.ScheduleFlexRequest
-	31, // 42: willow.v1.Master.ListSchedules:input_type -> willow.v1.ListSchedulesRequest
-	33, // 43: willow.v1.Master.CancelSchedule:input_type -> willow.v1.CancelScheduleRequest
-	3,  // 44: willow.v1.Master.Register:output_type -> willow.v1.RegisterResponse
-	5,  // 45: willow.v1.Master.Heartbeat:output_type -> willow.v1.HeartbeatResponse
-	8,  // 46: willow.v1.Master.Route:output_type -> willow.v1.RouteResponse
-	10, // 47: willow.v1.Master.Watch:output_type -> willow.v1.WatchEvent
-	40, // 48: willow.v1.Master.GetFlex:output_type -> willow.v1.FlexState
-	13, // 49: willow.v1.Master.SetFlex:output_type -> willow.v1.SetFlexResponse
-	13, // 50: willow.v1.Master.RollbackFlex:output_type -> willow.v1.SetFlexResponse
-	17, // 51: willow.v1.Master.FlexHistory:output_type -> willow.v1.FlexHistoryResponse
-	20, // 52: willow.v1.Master.ListNodes:output_type -> willow.v1.ListNodesResponse
-	22, // 53: willow.v1.Master.SetDrill:output_type -> willow.v1.SetDrillResponse
-	24, // 54: willow.v1.Master.ListDrills:output_type -> willow.v1.ListDrillsResponse
-	28, // 55: willow.v1.Master.GetFlexAuto:output_type -> willow.v1.FlexAutoStatus
-	28, // 56: willow.v1.Master.SetFlexAuto:output_type -> willow.v1.FlexAutoStatus
-	29, // 57: willow.v1.Master.ScheduleFlex:output_type -> willow.v1.ScheduledChange
-	32, // 58: willow.v1.Master.ListSchedules:output_type -> willow.v1.ListSchedulesResponse
-	29, // 59: willow.v1.Master.CancelSchedule:output_type -> willow.v1.ScheduledChange
-	44, // [44:60] is the sub-list for method output_type
-	28, // [28:44] is the sub-list for method input_type
+	4,  // 30: willow.v1.Master.HeartbeatStream:input_type -> willow.v1.HeartbeatRequest
+	6,  // 31: willow.v1.Master.Route:input_type -> willow.v1.RouteRequest
+	9,  // 32: willow.v1.Master.Watch:input_type -> willow.v1.WatchRequest
+	11, // 33: willow.v1.Master.GetFlex:input_type -> willow.v1.GetFlexRequest
+	12, // 34: willow.v1.Master.SetFlex:input_type -> willow.v1.SetFlexRequest
+	14, // 35: willow.v1.Master.RollbackFlex:input_type -> willow.v1.RollbackFlexRequest
+	15, // 36: willow.v1.Master.FlexHistory:input_type -> willow.v1.FlexHistoryRequest
+	18, // 37: willow.v1.Master.ListNodes:input_type -> willow.v1.ListNodesRequest
+	21, // 38: willow.v1.Master.SetDrill:input_type -> willow.v1.SetDrillRequest
+	23, // 39: willow.v1.Master.ListDrills:input_type -> willow.v1.ListDrillsRequest
+	25, // 40: willow.v1.Master.GetFlexAuto:input_type -> willow.v1.GetFlexAutoRequest
+	26, // 41: willow.v1.Master.SetFlexAuto:input_type -> willow.v1.SetFlexAutoRequest
+	30, // 42: willow.v1.Master.ScheduleFlex:input_type -> willow.v1.ScheduleFlexRequest
+	31, // 43: willow.v1.Master.ListSchedules:input_type -> willow.v1.ListSchedulesRequest
+	33, // 44: willow.v1.Master.CancelSchedule:input_type -> willow.v1.CancelScheduleRequest
+	3,  // 45: willow.v1.Master.Register:output_type -> willow.v1.RegisterResponse
+	5,  // 46: willow.v1.Master.Heartbeat:output_type -> willow.v1.HeartbeatResponse
+	5,  // 47: willow.v1.Master.HeartbeatStream:output_type -> willow.v1.HeartbeatResponse
+	8,  // 48: willow.v1.Master.Route:output_type -> willow.v1.RouteResponse
+	10, // 49: willow.v1.Master.Watch:output_type -> willow.v1.WatchEvent
+	40, // 50: willow.v1.Master.GetFlex:output_type -> willow.v1.FlexState
+	13, // 51: willow.v1.Master.SetFlex:output_type -> willow.v1.SetFlexResponse
+	13, // 52: willow.v1.Master.RollbackFlex:output_type -> willow.v1.SetFlexResponse
+	17, // 53: willow.v1.Master.FlexHistory:output_type -> willow.v1.FlexHistoryResponse
+	20, // 54: willow.v1.Master.ListNodes:output_type -> willow.v1.ListNodesResponse
+	22, // 55: willow.v1.Master.SetDrill:output_type -> willow.v1.SetDrillResponse
+	24, // 56: willow.v1.Master.ListDrills:output_type -> willow.v1.ListDrillsResponse
+	28, // 57: willow.v1.Master.GetFlexAuto:output_type -> willow.v1.FlexAutoStatus
+	28, // 58: willow.v1.Master.SetFlexAuto:output_type -> willow.v1.FlexAutoStatus
+	29, // 59: willow.v1.Master.ScheduleFlex:output_type -> willow.v1.ScheduledChange
+	32, // 60: willow.v1.Master.ListSchedules:output_type -> willow.v1.ListSchedulesResponse
+	29, // 61: willow.v1.Master.CancelSchedule:output_type -> willow.v1.ScheduledChange
+	45, // [45:62] is the sub-list for method output_type
+	28, // [28:45] is the sub-list for method input_type
 	28, // [28:28] is the sub-list for extension type_name
 	28, // [28:28] is the sub-list for extension extendee
 	0,  // [0:28] is the sub-list for field type_name

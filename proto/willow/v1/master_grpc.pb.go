@@ -19,22 +19,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_Register_FullMethodName       = "/willow.v1.Master/Register"
-	Master_Heartbeat_FullMethodName      = "/willow.v1.Master/Heartbeat"
-	Master_Route_FullMethodName          = "/willow.v1.Master/Route"
-	Master_Watch_FullMethodName          = "/willow.v1.Master/Watch"
-	Master_GetFlex_FullMethodName        = "/willow.v1.Master/GetFlex"
-	Master_SetFlex_FullMethodName        = "/willow.v1.Master/SetFlex"
-	Master_RollbackFlex_FullMethodName   = "/willow.v1.Master/RollbackFlex"
-	Master_FlexHistory_FullMethodName    = "/willow.v1.Master/FlexHistory"
-	Master_ListNodes_FullMethodName      = "/willow.v1.Master/ListNodes"
-	Master_SetDrill_FullMethodName       = "/willow.v1.Master/SetDrill"
-	Master_ListDrills_FullMethodName     = "/willow.v1.Master/ListDrills"
-	Master_GetFlexAuto_FullMethodName    = "/willow.v1.Master/GetFlexAuto"
-	Master_SetFlexAuto_FullMethodName    = "/willow.v1.Master/SetFlexAuto"
-	Master_ScheduleFlex_FullMethodName   = "/willow.v1.Master/ScheduleFlex"
-	Master_ListSchedules_FullMethodName  = "/willow.v1.Master/ListSchedules"
-	Master_CancelSchedule_FullMethodName = "/willow.v1.Master/CancelSchedule"
+	Master_Register_FullMethodName        = "/willow.v1.Master/Register"
+	Master_Heartbeat_FullMethodName       = "/willow.v1.Master/Heartbeat"
+	Master_HeartbeatStream_FullMethodName = "/willow.v1.Master/HeartbeatStream"
+	Master_Route_FullMethodName           = "/willow.v1.Master/Route"
+	Master_Watch_FullMethodName           = "/willow.v1.Master/Watch"
+	Master_GetFlex_FullMethodName         = "/willow.v1.Master/GetFlex"
+	Master_SetFlex_FullMethodName         = "/willow.v1.Master/SetFlex"
+	Master_RollbackFlex_FullMethodName    = "/willow.v1.Master/RollbackFlex"
+	Master_FlexHistory_FullMethodName     = "/willow.v1.Master/FlexHistory"
+	Master_ListNodes_FullMethodName       = "/willow.v1.Master/ListNodes"
+	Master_SetDrill_FullMethodName        = "/willow.v1.Master/SetDrill"
+	Master_ListDrills_FullMethodName      = "/willow.v1.Master/ListDrills"
+	Master_GetFlexAuto_FullMethodName     = "/willow.v1.Master/GetFlexAuto"
+	Master_SetFlexAuto_FullMethodName     = "/willow.v1.Master/SetFlexAuto"
+	Master_ScheduleFlex_FullMethodName    = "/willow.v1.Master/ScheduleFlex"
+	Master_ListSchedules_FullMethodName   = "/willow.v1.Master/ListSchedules"
+	Master_CancelSchedule_FullMethodName  = "/willow.v1.Master/CancelSchedule"
 )
 
 // MasterClient is the client API for Master service.
@@ -45,6 +46,11 @@ const (
 type MasterClient interface {
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// HeartbeatStream is Heartbeat over one long-lived stream a node: one
+	// HeartbeatResponse for each HeartbeatRequest, in order. It saves a new
+	// call (stream, headers, handler) a node a second; a master without it
+	// answers Unimplemented and the node heartbeats with Heartbeat.
+	HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
 	// Route returns two address lists from different regions plus the flex
 	// snapshot.
 	Route(ctx context.Context, in *RouteRequest, opts ...grpc.CallOption) (*RouteResponse, error)
@@ -96,6 +102,19 @@ func (c *masterClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts
 	return out, nil
 }
 
+func (c *masterClient) HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[0], Master_HeartbeatStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[HeartbeatRequest, HeartbeatResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_HeartbeatStreamClient = grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse]
+
 func (c *masterClient) Route(ctx context.Context, in *RouteRequest, opts ...grpc.CallOption) (*RouteResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RouteResponse)
@@ -108,7 +127,7 @@ func (c *masterClient) Route(ctx context.Context, in *RouteRequest, opts ...grpc
 
 func (c *masterClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[0], Master_Watch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[1], Master_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +272,11 @@ func (c *masterClient) CancelSchedule(ctx context.Context, in *CancelScheduleReq
 type MasterServer interface {
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// HeartbeatStream is Heartbeat over one long-lived stream a node: one
+	// HeartbeatResponse for each HeartbeatRequest, in order. It saves a new
+	// call (stream, headers, handler) a node a second; a master without it
+	// answers Unimplemented and the node heartbeats with Heartbeat.
+	HeartbeatStream(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
 	// Route returns two address lists from different regions plus the flex
 	// snapshot.
 	Route(context.Context, *RouteRequest) (*RouteResponse, error)
@@ -289,6 +313,9 @@ func (UnimplementedMasterServer) Register(context.Context, *RegisterRequest) (*R
 }
 func (UnimplementedMasterServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedMasterServer) HeartbeatStream(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method HeartbeatStream not implemented")
 }
 func (UnimplementedMasterServer) Route(context.Context, *RouteRequest) (*RouteResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Route not implemented")
@@ -388,6 +415,13 @@ func _Master_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Master_HeartbeatStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(MasterServer).HeartbeatStream(&grpc.GenericServerStream[HeartbeatRequest, HeartbeatResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_HeartbeatStreamServer = grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]
 
 func _Master_Route_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RouteRequest)
@@ -703,6 +737,12 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "HeartbeatStream",
+			Handler:       _Master_HeartbeatStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Watch",
 			Handler:       _Master_Watch_Handler,
