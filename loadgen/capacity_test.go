@@ -183,8 +183,8 @@ func TestCentralPiecesReadTheCurves(t *testing.T) {
 	for _, c := range plan.Central {
 		by[strings.Fields(c.Piece)[0]] = c
 	}
-	// Redis: ~2 ms per 200-follower publish on one server (BENCHMARKS.md)
-	// caps it near 500 publishes/s; 7000 nodes with the calibration's mix
+	// Redis: ~2.6 ms per 200-follower publish on one server into full
+	// inboxes (BENCHMARKS.md, session 8) caps it near 380 publishes/s; 7000 nodes with the calibration's mix
 	// (1 timeline in 7) give 1000 timeline nodes, far more than that.
 	r := by["redis"]
 	if r.Limit < 100 || r.Limit > 1000 || r.Warning == "" || !strings.Contains(r.Warning, "before the timeline nodes") {

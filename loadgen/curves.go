@@ -22,19 +22,18 @@ type fanoutPoint struct {
 }
 
 // fanoutCurve by Redis deployment: "server" (one redis-server) and
-// "cluster" (3 masters). "server": session 5's rows (one Lua ZADD a
-// follower from a per-slot sequence, 1000-follower pipelines in flight;
-// medians of four runs at load 5-7, 2026-12-01 17:43 UTC); session 6's
-// script changes left its Redis time unchanged in an A/B at load 11-15,
-// so the quieter rows stay. "cluster": session 6's code (one script a
-// master): F=10 and 100 from the full run at load 15-17, F=1000 and 5000
-// the medians of three runs at load 11-17 (BENCHMARKS.md "Session 6").
+// "cluster" (3 masters), for followers whose inboxes are full (MaxInbox
+// items each, the steady state of a feed: BenchmarkTimelineFanout's
+// inbox=full rows, ratio 0): session 8's full matrix, one run at load
+// 1.0-1.7, 2026-12-02 01:26 UTC (BENCHMARKS.md "Session 8: full
+// inboxes"; the repeats of the F=5000 rows at load 2.3-3.9 gave server
+// p50 54-66 / p99 65-85 ms and cluster p50 48-56 / p99 65-67 ms).
 var fanoutCurve = map[string][]fanoutPoint{
 	"server": {
-		{10, 1.0, 1.4, 4.1}, {100, 1.8, 2.1, 4.1}, {1000, 11.3, 16, 5.1}, {5000, 49, 61, 10.4},
+		{10, 0.80, 2.4, 4.2}, {100, 1.5, 2.2, 4.2}, {1000, 11.8, 17.2, 5.3}, {5000, 65.0, 84.2, 10.5},
 	},
 	"cluster": {
-		{10, 1.4, 1.9, 6.8}, {100, 11, 19, 6.9}, {1000, 28, 68, 8.0}, {5000, 179, 317, 21.8},
+		{10, 0.87, 1.1, 6.8}, {100, 1.8, 2.2, 6.8}, {1000, 11.4, 15.4, 8.0}, {5000, 60.4, 70.6, 21.3},
 	},
 }
 
