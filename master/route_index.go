@@ -97,6 +97,17 @@ func (idx *routeIdx) answer(role, region string, now time.Time, seen func(id str
 	return r.answer(role, region)
 }
 
+// wire is answer encoded (as roleRoutes.wire): the index's shared
+// encoding while every listed node is alive, else the answer without the
+// nodes fallen silent, encoded for this call.
+func (idx *routeIdx) wire(role, region string, now time.Time, seen func(id string) int64) ([]byte, error) {
+	r := idx.roles[role]
+	if nowMs := now.UnixMilli(); r != nil && nowMs >= r.minUntil {
+		r = r.aliveAt(nowMs, func(ep *willowv1.Endpoint) bool { return nowMs-seen(ep.GetNodeId()) < idx.missedMs })
+	}
+	return r.wire(role, region)
+}
+
 // aliveAt is r without the endpoints whose deadline is past at nowMs and
 // that are not alive (as alive tells).
 func (r *roleRoutes) aliveAt(nowMs int64, alive func(*willowv1.Endpoint) bool) *roleRoutes {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 )
@@ -100,5 +102,62 @@ func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 	s.rebuildRoutes()
 	if _, idx := show("upload", "c"); idx == built {
 		t.Fatal("index kept after the clock went back")
+	}
+}
+
+// TestRouteWireDecodesAsAnswer: the encoded answer Route sends (the
+// index's shared encoding, or one made for the call while a listed node
+// has fallen silent) decodes as the answer computed from the index, for
+// a caller in a listed region, in another, with none, and for a role
+// without a healthy node.
+func TestRouteWireDecodesAsAnswer(t *testing.T) {
+	clock := &testClock{t: t0}
+	s := &Server{cfg: Config{MissedAfter: 3 * time.Second, SuccessWindow: 5 * time.Second}, now: clock.now, hb: newHBShards()}
+	s.routes.kick = make(chan struct{}, 1)
+	s.view = &view{at: t0, entries: []*entry{
+		mk("upload", "a", "a1", StateHealthy, 0, 0),
+		mk("upload", "a", "a2", StateHealthy, 2*time.Second, 1), // silent past MissedAfter in 1 s
+		mk("upload", "b", "b1", StateHealthy, 0, 2),
+		mk("upload", "c", "c1", StateHealthy, 0, 0),
+	}}
+	idx, err := s.routeIndex(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what, role, region string) {
+		t.Helper()
+		want, werr := idx.answer(role, region, clock.now(), s.hb.seenMs)
+		b, err := idx.wire(role, region, clock.now(), s.hb.seenMs)
+		if werr != nil || err != nil {
+			if rpcstatus.Reason(err) != rpcstatus.Reason(werr) || rpcstatus.Reason(err) == "" {
+				t.Fatalf("%s: wire error %v, answer error %v", what, err, werr)
+			}
+			return
+		}
+		sent := &willowv1.RouteResponse{TtlMs: 5000}
+		sent.ProtoReflect().SetUnknown(b)
+		raw, err := proto.Marshal(sent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &willowv1.RouteResponse{}
+		if err := proto.Unmarshal(raw, got); err != nil {
+			t.Fatal(err)
+		}
+		want = proto.Clone(want).(*willowv1.RouteResponse)
+		want.TtlMs = 5000
+		if !proto.Equal(got, want) || len(got.GetPrimary()) == 0 {
+			t.Fatalf("%s: Route %s/%s decodes as %v, want %v", what, role, region, got, want)
+		}
+	}
+	for _, region := range []string{"a", "b", "z", ""} {
+		check("all alive", "upload", region)
+		check("all alive, shared encoding", "upload", region)
+	}
+	check("no healthy node", "compress", "a")
+	clock.add(1001 * time.Millisecond) // a2 silent: left out at answer time
+	check("a2 silent", "upload", "a")
+	if got, _ := idx.answer("upload", "a", clock.now(), s.hb.seenMs); len(got.GetPrimary()) != 1 {
+		t.Fatalf("a2 silent: primary %v, want a1 only", ids(got.GetPrimary()))
 	}
 }
