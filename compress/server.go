@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ type Server struct {
 	slots chan struct{} // one token per worker
 	dem   *demand       // demand.go
 	cost  taskCost      // taskcost.go
+	share cpuShare      // taskcost.go
 	// waiting counts tasks queued for a slot.
 	waiting atomic.Int64
 	q       queueStats
@@ -133,11 +135,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.m.initSeries()
 	// Auto-flex signals in every heartbeat.
+	host := hostID()
 	deps.Node.AddLoad(func(l *willowv1.Load) {
 		l.QueueP99Ms = s.q.p99()
 		l.CompressDemand = s.dem.value()
 		l.CompressWorkers = int32(s.cfg.Workers)
 		l.ImageTaskSeconds, l.ImageTaskCpuSeconds = s.cost.snapshot()
+		l.UsableCpus, l.Host = float64(runtime.GOMAXPROCS(0)), host
 		l.Backlog = s.waiting.Load()
 	})
 	if err := deps.Node.Guard().Declare(Methods()); err != nil {
@@ -223,7 +227,7 @@ func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*
 	codec := string(knobs.ImageCodec)
 	var taskCPU time.Duration
 	if kind == willowv1.Kind_KIND_IMAGE {
-		done := threadCPU()
+		done := s.share.start()
 		outs, err = s.image(ctx, req, knobs)
 		taskCPU = done()
 		cpu = cpustat.Process() - cpu0

@@ -1,10 +1,12 @@
 package compress
 
 import (
+	"bytes"
 	"maps"
-	"runtime"
+	"os"
 	"sync"
 	"time"
+
 	"willow/internal/cpustat"
 )
 
@@ -15,11 +17,12 @@ const taskCostWeight = 1.0 / 16
 // taskCost keeps, by image codec, two moving averages over the
 // successful image tasks (heartbeat Load.image_task_seconds and
 // image_task_cpu_seconds): the wall seconds a worker slot was held, and
-// the CPU seconds of the task's own thread. The master multiplies them by
-// the upload arrival rate to forecast how busy the workers will be before
-// a queue forms (auto-flex's compress_forecast): CPU is what the codec
-// costs wherever it runs, wall over CPU is how much the box stretches it
-// now. A codec keeps its last averages while no task uses it.
+// the task's share of the process's CPU seconds (cpuShare). The master
+// multiplies them by the upload arrival rate to forecast how busy the
+// workers and the compress hosts' CPUs will be before a queue forms
+// (auto-flex's compress_forecast, compress_cpu_forecast_normal): CPU is
+// what the codec costs wherever it runs, wall over CPU is how much the box
+// stretches it now. A codec keeps its last averages while no task uses it.
 type taskCost struct {
 	mu   sync.Mutex         // guards wall and cpu
 	wall map[string]float64 // codec -> seconds
@@ -57,20 +60,73 @@ func (c *taskCost) snapshot() (wall, cpu map[string]float64) {
 	return maps.Clone(c.wall), maps.Clone(c.cpu)
 }
 
-// threadCPU measures the CPU of an image task: it locks the calling
-// goroutine to its thread (the codecs run on it: decode, resize and
-// encode, x265 without a thread pool) and returns a function that unlocks
-// it and returns the thread's CPU since. 0 where the thread's usage
-// cannot be read.
-func threadCPU() func() time.Duration {
-	runtime.LockOSThread()
-	t0, ok := cpustat.Thread()
-	return func() time.Duration {
-		t1, ok1 := cpustat.Thread()
-		runtime.UnlockOSThread()
-		if !ok || !ok1 || t1 < t0 {
-			return 0
-		}
-		return t1 - t0
+// cpuShare apportions the process's CPU time among the image tasks
+// running: the CPU the process used between two task starts or ends is
+// split evenly among the tasks that ran in between. It counts what a
+// task costs on every thread, not only its own: the resize runs on
+// goroutines and x265 encodes on threads of its own (a HEIC task's own
+// thread uses about a ninth of its CPU). On a node that shares its
+// process with other roles (one box) a task's share also holds what the
+// other roles used while it ran: it reads high, never low. CPU used while
+// no image task runs is nobody's.
+type cpuShare struct {
+	read    func() time.Duration // the process's CPU time; cpustat.Process
+	mu      sync.Mutex           // guards last and running
+	last    time.Duration
+	running map[*shareTask]struct{}
+}
+
+// shareTask is one image task's share so far.
+type shareTask struct{ cpu time.Duration }
+
+// advance splits the CPU used since the last call among the running
+// tasks. Under mu.
+func (c *cpuShare) advance() {
+	now := c.read()
+	d := now - c.last
+	c.last = now
+	if d <= 0 || len(c.running) == 0 {
+		return
 	}
+	each := d / time.Duration(len(c.running))
+	for t := range c.running {
+		t.cpu += each
+	}
+}
+
+// start counts a task from now and returns a function that ends it and
+// returns its share of the process's CPU.
+func (c *cpuShare) start() func() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.read == nil {
+		c.read = cpustat.Process
+	}
+	if c.running == nil {
+		c.running = map[*shareTask]struct{}{}
+	}
+	c.advance()
+	t := &shareTask{}
+	c.running[t] = struct{}{}
+	return func() time.Duration {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.advance()
+		delete(c.running, t)
+		return t.cpu
+	}
+}
+
+// hostID names the host the node runs on (Load.host), so the master counts
+// the CPUs of nodes that share one once: the kernel's boot id, which
+// every process and container on one kernel reads alike, else the host
+// name, else "".
+func hostID() string {
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		if id := string(bytes.TrimSpace(b)); id != "" {
+			return "boot:" + id
+		}
+	}
+	name, _ := os.Hostname()
+	return name
 }

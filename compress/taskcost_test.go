@@ -2,8 +2,11 @@ package compress
 
 import (
 	"math"
+	"os"
+	"strings"
 	"testing"
 	"time"
+
 	"willow/internal/cpustat"
 )
 
@@ -55,22 +58,61 @@ func TestTaskCost(t *testing.T) {
 	}
 }
 
-// TestThreadCPU: a busy loop on the locked thread counts, a sleep does not
-// (the loop spins until the thread used 30 ms, however loaded the box).
-func TestThreadCPU(t *testing.T) {
-	done := threadCPU()
-	t0, ok := cpustat.Thread()
-	if !ok {
-		t.Skip("RUSAGE_THREAD not readable here")
+// TestCPUShare: the process CPU used while tasks run is split evenly
+// among the tasks running; CPU used while none runs is nobody's.
+func TestCPUShare(t *testing.T) {
+	var clock time.Duration
+	c := cpuShare{read: func() time.Duration { return clock }}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	clock = ms(500) // before any task: nobody's
+	endA := c.start()
+	clock += ms(100) // A alone
+	endB := c.start()
+	clock += ms(300) // A and B: 150 each
+	if b := endB(); b != ms(150) {
+		t.Fatalf("B %v, want 150ms", b)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if u, _ := cpustat.Thread(); u-t0 >= 30*time.Millisecond || time.Now().After(deadline) {
-			break
+	clock += ms(50) // A alone again
+	if a := endA(); a != ms(300) {
+		t.Fatalf("A %v, want 100+150+50 = 300ms", a)
+	}
+	clock += ms(1000) // idle
+	endC := c.start()
+	clock += ms(20)
+	if got := endC(); got != ms(20) {
+		t.Fatalf("C %v after an idle second, want 20ms", got)
+	}
+}
+
+// TestCPUShareCountsOtherThreads: CPU a task's work uses on another
+// goroutine (as the resize does, and x265 on its own threads) counts in
+// its share (the loop spins until the process used 30 ms more, however
+// loaded the box).
+func TestCPUShareCountsOtherThreads(t *testing.T) {
+	var c cpuShare
+	end := c.start()
+	t0 := cpustat.Process()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(10 * time.Second)
+		for cpustat.Process()-t0 < 30*time.Millisecond && time.Now().Before(deadline) {
 		}
+	}()
+	<-done
+	if cpu := end(); cpu < 30*time.Millisecond {
+		t.Fatalf("share %v, want at least the 30 ms spun on another goroutine", cpu)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if cpu := done(); cpu < 30*time.Millisecond || cpu > 80*time.Millisecond {
-		t.Fatalf("thread CPU %v for 30 ms busy + 100 ms asleep", cpu)
+}
+
+// TestHostID: every process on one kernel names the same host, from the
+// boot id where Linux has one.
+func TestHostID(t *testing.T) {
+	id := hostID()
+	if id == "" || id != hostID() {
+		t.Fatalf("host %q, then %q: want one non-empty name", id, hostID())
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil && id != "boot:"+strings.TrimSpace(string(b)) {
+		t.Fatalf("host %q, want the boot id %q", id, b)
 	}
 }

@@ -91,6 +91,11 @@ const (
 	// a queue forms.
 	SignalCompressForecast       = "compress_forecast"        // at the image codec each node runs now
 	SignalCompressForecastNormal = "compress_forecast_normal" // at the lowest level's image codec: what stepping back would cost
+	// The arrivals at a region's upload fronts times the CPU seconds an
+	// image task takes at the lowest level's codec, over the CPUs of the
+	// hosts the region's compress nodes run on (each host once), the
+	// highest region: 1 means the arrivals would keep those CPUs busy.
+	SignalCompressCPUForecastNormal = "compress_cpu_forecast_normal"
 )
 
 // signalInfo says how a signal reads in reasons.
@@ -100,18 +105,19 @@ type signalInfo struct {
 }
 
 var signalTable = map[string]signalInfo{
-	SignalCompressQueueP99:       {"compress queue p99", "ms"},
-	SignalCompressBacklog:        {"compress backlog", ""},
-	SignalCompressDemand:         {"compress demand (tasks per worker)", ""},
-	SignalUploadInFlight:         {"upload in flight", ""},
-	SignalUploadRate:             {"upload rate", "/s"},
-	SignalUploadArrivals:         {"upload arrivals", "/s"},
-	SignalUploadShed:             {"upload shed share", ""},
-	SignalStoreWriteRatio:        {"store writes / budget", ""},
-	SignalEdgeBytesOut:           {"edge bytes out", "bytes/s"},
-	SignalTimelineHeld:           {"timeline held", ""},
-	SignalCompressForecast:       {"compress forecast (worker share)", ""},
-	SignalCompressForecastNormal: {"compress forecast at normal (worker share)", ""},
+	SignalCompressQueueP99:          {"compress queue p99", "ms"},
+	SignalCompressBacklog:           {"compress backlog", ""},
+	SignalCompressDemand:            {"compress demand (tasks per worker)", ""},
+	SignalUploadInFlight:            {"upload in flight", ""},
+	SignalUploadRate:                {"upload rate", "/s"},
+	SignalUploadArrivals:            {"upload arrivals", "/s"},
+	SignalUploadShed:                {"upload shed share", ""},
+	SignalStoreWriteRatio:           {"store writes / budget", ""},
+	SignalEdgeBytesOut:              {"edge bytes out", "bytes/s"},
+	SignalTimelineHeld:              {"timeline held", ""},
+	SignalCompressForecast:          {"compress forecast (worker share)", ""},
+	SignalCompressForecastNormal:    {"compress forecast at normal (worker share)", ""},
+	SignalCompressCPUForecastNormal: {"compress CPU forecast at normal (CPU share)", ""},
 }
 
 // SignalNames lists the signals a policy may name.

@@ -483,6 +483,54 @@ func TestShippedPolicyIdleRamp(t *testing.T) {
 	}
 }
 
+// idleRampCPU is the signals the master read each second of the
+// rehearsal's auto-flex run at 01:09 UTC 2026-12-02 (docs/capacity.md,
+// load 1-4, a signal trace of that run), from 0:03 to 0:40 at normal:
+// the arrivals (10 s average; the profile's draws ran low in the evening),
+// the forecast over the worker slots, the forecast over the compress
+// host's CPUs (a HEIC task's share of the process's CPU was 0.76-0.89 s
+// on 2 CPUs, the slots' wall 0.7-0.9 s over 4 slots) and the demand. The
+// box's CPUs were full from 0:32 and the compress queue p99 was 0.2-0.9 s
+// from 0:33, while the slot forecast read 0.16-0.41.
+var idleRampCPU = struct{ arrivals, slots, cpu, demand []float64 }{
+	arrivals: []float64{0.50, 0.67, 0.75, 0.80, 0.67, 0.71, 0.75, 0.67, 0.60, 0.60, 0.64, 0.50, 0.40, 0.45, 0.40, 0.40, 0.30, 0.30, 0.36, 0.40, 0.30, 0.27, 0.30, 0.30, 0.30, 0.27, 0.18, 0.36, 0.50, 0.60, 0.90, 1.10, 1.30, 1.37, 1.79, 1.79, 1.99, 1.98},
+	slots:    []float64{0.09, 0.12, 0.14, 0.15, 0.12, 0.13, 0.14, 0.13, 0.11, 0.11, 0.12, 0.09, 0.07, 0.08, 0.07, 0.07, 0.06, 0.06, 0.07, 0.08, 0.06, 0.05, 0.06, 0.06, 0.06, 0.05, 0.03, 0.07, 0.10, 0.10, 0.16, 0.20, 0.24, 0.25, 0.33, 0.33, 0.41, 0.41},
+	cpu:      []float64{0.19, 0.26, 0.29, 0.31, 0.26, 0.28, 0.30, 0.27, 0.24, 0.24, 0.24, 0.19, 0.15, 0.17, 0.16, 0.16, 0.12, 0.12, 0.14, 0.16, 0.12, 0.11, 0.12, 0.12, 0.12, 0.11, 0.07, 0.15, 0.20, 0.22, 0.33, 0.42, 0.51, 0.52, 0.69, 0.68, 0.83, 0.83},
+	demand:   []float64{0.04, 0.11, 0.13, 0.14, 0.15, 0.17, 0.16, 0.18, 0.16, 0.15, 0.15, 0.13, 0.12, 0.12, 0.14, 0.13, 0.16, 0.14, 0.16, 0.16, 0.15, 0.13, 0.12, 0.13, 0.14, 0.12, 0.11, 0.17, 0.17, 0.17, 0.29, 0.39, 0.50, 0.52, 0.58, 0.66, 0.72, 0.76},
+}
+
+// TestShippedPolicyIdleRampCPU: on the recorded idle ramp the forecast
+// over the host's CPUs passes 0.5 at 0:35 and blue comes 3 s later, on
+// it, while the forecast over the slots is at 0.33 (its 0.6 is far off)
+// and 2 s before the rising rule, which took blue at 0:40 in that run
+// (the shipped policy then had no CPU rule).
+func TestShippedPolicyIdleRampCPU(t *testing.T) {
+	series := func(i int) map[string]float64 {
+		r := idleRampCPU
+		return map[string]float64{SignalUploadArrivals: r.arrivals[i], SignalUploadRate: r.arrivals[i],
+			SignalCompressForecastNormal: r.slots[i], SignalCompressForecast: r.slots[i],
+			SignalCompressCPUForecastNormal: r.cpu[i], SignalCompressDemand: r.demand[i]}
+	}
+	n := len(idleRampCPU.cpu)
+	s := newSim(t, string(shippedAutoPolicy))
+	s.run(time.Duration(n)*time.Second, series)
+	if s.levels() != "blue" || s.steps[0].Reason != "compress-cpu-forecast: compress CPU forecast at normal (CPU share) 0.68 > 0.5 for 3 s" {
+		t.Fatalf("steps %q (%+v), want blue on the CPU forecast", s.levels(), s.steps)
+	}
+	// Second i of the series is 0:03+i; the step came on the sample of 0:38.
+	if at := time.UnixMilli(s.mem.LastStepAt).Sub(t0); at != 36*time.Second {
+		t.Fatalf("blue %v into the series, want 36 s (0:38)", at)
+	}
+	pol := testAutoPolicy(t, string(shippedAutoPolicy))
+	pol.Rules = slices.DeleteFunc(pol.Rules, func(r AutoRule) bool { return r.Signal == SignalCompressCPUForecastNormal })
+	flat := &sim{e: newAutoEngine(pol, flex.DefaultPlans()), now: t0, level: "normal"}
+	flat.run(time.Duration(n)*time.Second, series)
+	if flat.levels() != "blue" || !strings.HasPrefix(flat.steps[0].Reason, "compress-forecast-rising: ") ||
+		flat.mem.LastStepAt-s.mem.LastStepAt != (2*time.Second).Milliseconds() {
+		t.Fatalf("without the CPU rule: steps %q (%+v), want blue on the rise at 0:40, as the run took it", flat.levels(), flat.steps)
+	}
+}
+
 // TestShippedPolicyBurst: a burst does not step. On an idle box (a
 // photo holds a worker 0.5 s: the forecast at normal 0.25 per upload/s),
 // an album of 9 photos at once lifts the 10 s average of the arrivals
@@ -640,7 +688,7 @@ func TestAutoPolicyValidation(t *testing.T) {
 		{"manual_hold: soon\n" + rule(""), "manual_hold: \"soon\" is not a duration"},
 		{"rules: []", "rules: at least one rule"},
 		{rule(", signal: cpu"), "rules[0].signal: unknown signal \"cpu\""},
-		{rule(", signal: forecast"), "rules[0].signal: unknown signal \"forecast\" (signals: compress_backlog, compress_demand, compress_forecast, compress_forecast_normal,"},
+		{rule(", signal: forecast"), "rules[0].signal: unknown signal \"forecast\" (signals: compress_backlog, compress_cpu_forecast_normal, compress_demand, compress_forecast,"},
 		{"rules:\n  - {name: f, signal: compress_forecast_normal, above: 0.6, below: 0.6, dwell: 3s, level: blue}", "rules[0].below: 0.6 must be under above (0.6)"},
 		{"rules:\n  - {name: f, signal: compress_forecast, above: -0.5, below: 0, dwell: 3s, level: yellow}", "rules[0].above: required, a number >= 0"},
 		{"rules:\n  - {name: a, signal: compress_backlog, below: 1, dwell: 1s, level: blue}", "rules[0].above: required"},

@@ -91,9 +91,20 @@ func (w *rateWindow) add(ms int64, rate float64) float64 {
 	return sum / float64(len(w.rate))
 }
 
+// spans reports whether the window's heartbeats reach back d from its
+// last one.
+func (w *rateWindow) spans(d time.Duration) bool {
+	return len(w.at) > 0 && w.at[len(w.at)-1]-w.at[0] >= d.Milliseconds()
+}
+
 // windowed is the mean of a node's heartbeat rate over signalWindow. Under
 // autoMu.
 func (s *Server) windowed(e *entry, signal string, rate float64, seen map[string]bool) float64 {
+	return s.window(e, signal, seen).add(e.lastMs, rate)
+}
+
+// window is a node's rateWindow for signal. Under autoMu.
+func (s *Server) window(e *entry, signal string, seen map[string]bool) *rateWindow {
 	k := e.info.GetId() + "/" + signal
 	seen[k] = true
 	w := s.windows[k]
@@ -101,7 +112,7 @@ func (s *Server) windowed(e *entry, signal string, rate float64, seen map[string
 		w = &rateWindow{}
 		s.windows[k] = w
 	}
-	return w.add(e.lastMs, rate)
+	return w
 }
 
 type edgeSample struct {
@@ -284,6 +295,7 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 		}
 	}()
 	fc := newForecast(s.plans)
+	cf := &cpuForecast{codec: fc.normalCodec, regions: map[string]*regionCPU{}}
 	// The image codec in force, by region and group: one flex.Effective
 	// (which walks the knobs by reflection) a group a sample, not one a
 	// compress node.
@@ -305,6 +317,7 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 		switch e.info.GetRole() {
 		case "compress":
 			fc.add(l, codecOf(e))
+			cf.add(e, l)
 			p99 := l.GetQueueP99Ms()
 			if p99 == 0 {
 				p99 = l.GetQueueMs() // a node that does not report the p99
@@ -321,11 +334,20 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 			maxIn(SignalUploadShed, shed)
 			maxIn(SignalStoreWriteRatio, s.windowed(e, SignalStoreWriteRatio, l.GetStoreWritesPerS(), seen)/budget)
 			if g := l.GetGauges(); g != nil {
+				r := cf.region(e.info.GetRegion())
 				if ok, has := g[node.GaugeUploadsPerS]; has {
-					sum(SignalUploadRate, s.windowed(e, SignalUploadRate, ok+g[node.GaugeUploadFailuresPerS], seen))
+					rate := s.windowed(e, SignalUploadRate, ok+g[node.GaugeUploadFailuresPerS], seen)
+					sum(SignalUploadRate, rate)
+					r.rate, r.hasRate = r.rate+rate, true
 				}
 				if begun, has := g[node.GaugeUploadsBegunPerS]; has {
-					sum(SignalUploadArrivals, s.windowed(e, SignalUploadArrivals, begun, seen))
+					w := s.window(e, SignalUploadArrivals, seen)
+					a := w.add(e.lastMs, begun)
+					sum(SignalUploadArrivals, a)
+					r.arrivals, r.hasArrivals = r.arrivals+a, true
+					// A front's first heartbeats are no average: one
+					// upload in the first second reads 1/s.
+					r.young = r.young || !w.spans(signalWindow/2)
 				}
 			}
 		case "edgecache":
@@ -341,7 +363,89 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 	} else if rate, ok := sig[SignalUploadRate]; ok {
 		fc.signals(sig, rate) // fronts that do not report arrivals
 	}
+	cf.signals(sig)
 	return sig, nil
+}
+
+// cpuForecast is compress_cpu_forecast_normal, region by region: the
+// uploads arriving at a region's fronts times the CPU seconds an image
+// task takes at the lowest level's codec on the region's compress nodes,
+// over the CPUs of the hosts those nodes run on. 1 means the arrivals
+// would keep every one of those CPUs busy. The fronts send a region's
+// photos to the region's compress nodes (Route's primary list), so each
+// region is judged by its own; the signal is the highest region's. It
+// counts what the slot forecast (forecast) cannot: a slot is not a CPU.
+// A task's resize and x265 encode run on several threads, and where
+// compress shares its host with other roles (one box), or runs more slots
+// than the host has cores, every slot busy is more CPU than there is:
+// tasks stretch and queue well before the slots are all held.
+type cpuForecast struct {
+	codec   string
+	regions map[string]*regionCPU
+}
+
+// regionCPU is one region's part of cpuForecast.
+type regionCPU struct {
+	secs, weight float64            // CPU seconds per task, weighted by the nodes' slots
+	hosts        map[string]float64 // host -> the most CPUs one of its compress nodes may use
+	arrivals     float64            // the fronts' new uploads per second, 10 s average
+	rate         float64            // the fronts' finished uploads per second (fronts without arrivals)
+	hasArrivals  bool
+	hasRate      bool
+	young        bool // a front's arrivals window holds under signalWindow/2 of heartbeats
+}
+
+func (f *cpuForecast) region(name string) *regionCPU {
+	r := f.regions[name]
+	if r == nil {
+		r = &regionCPU{hosts: map[string]float64{}}
+		f.regions[name] = r
+	}
+	return r
+}
+
+// add counts one live compress node: its CPUs, once per host (a node
+// that names no host is a host of its own), and its CPU seconds per task
+// at the codec, where it has measured them.
+func (f *cpuForecast) add(e *entry, l *willowv1.Load) {
+	cpus := l.GetUsableCpus()
+	if cpus <= 0 {
+		return // a node that does not report its CPUs
+	}
+	r := f.region(e.info.GetRegion())
+	host := l.GetHost()
+	if host == "" {
+		host = "node:" + e.info.GetId()
+	}
+	r.hosts[host] = max(r.hosts[host], cpus)
+	if c := l.GetImageTaskCpuSeconds()[f.codec]; c > 0 {
+		w := max(float64(l.GetCompressWorkers()), 1)
+		r.secs += w * c
+		r.weight += w
+	}
+}
+
+// signals sets compress_cpu_forecast_normal to the highest region's
+// forecast; absent where no region has both a measured cost and fronts
+// that report their uploads, each with 5 s of heartbeats at least.
+func (f *cpuForecast) signals(sig map[string]float64) {
+	for _, r := range f.regions {
+		cpus := 0.0
+		for _, c := range r.hosts {
+			cpus += c
+		}
+		rate, ok := r.arrivals, r.hasArrivals
+		if !ok {
+			rate, ok = r.rate, r.hasRate
+		}
+		if cpus == 0 || r.weight == 0 || !ok || r.young {
+			continue
+		}
+		v := rate * r.secs / r.weight / cpus
+		if old, has := sig[SignalCompressCPUForecastNormal]; !has || v > old {
+			sig[SignalCompressCPUForecastNormal] = v
+		}
+	}
 }
 
 // forecast sums what the compress nodes' heartbeats say about their

@@ -317,13 +317,22 @@ func TestAutoSignalsFromHeartbeats(t *testing.T) {
 		{"compress-a-1", "compress", func(l *willowv1.Load) {
 			l.CompressDemand, l.Backlog, l.CompressWorkers = 2.5, 3, 2
 			l.ImageTaskSeconds = map[string]float64{"heic": 0.9, "jpeg": 0.3}
+			l.ImageTaskCpuSeconds, l.UsableCpus, l.Host = map[string]float64{"heic": 1.2, "jpeg": 0.2}, 2, "h1"
+		}},
+		// A second process on the same host: its CPUs are the host's.
+		{"compress-a-2", "compress", func(l *willowv1.Load) {
+			l.CompressWorkers, l.ImageTaskSeconds = 2, map[string]float64{"heic": 0.9}
+			l.ImageTaskCpuSeconds, l.UsableCpus, l.Host = map[string]float64{"heic": 0.8}, 2, "h1"
 		}},
 		{"compress-b-1", "compress", func(l *willowv1.Load) {
 			l.CompressWorkers, l.ImageTaskSeconds = 1, map[string]float64{"heic": 0.6}
+			l.ImageTaskCpuSeconds, l.UsableCpus = map[string]float64{"heic": 0.6}, 2 // no host: one of its own
 		}},
 		{"upload-a-1", "upload", func(l *willowv1.Load) {
-			l.StoreWritesPerS, l.Gauges = 0.5, map[string]float64{node.GaugeUploadsPerS: 1.5}
+			l.StoreWritesPerS, l.Gauges = 0.5, map[string]float64{node.GaugeUploadsPerS: 1.5, node.GaugeUploadsBegunPerS: 1.5}
 		}},
+		// A front that does not report arrivals: its region's forecast
+		// reads its finished uploads.
 		{"upload-b-1", "upload", func(l *willowv1.Load) {
 			l.StoreWritesPerS, l.Gauges = 50, map[string]float64{node.GaugeUploadsPerS: 0.25, node.GaugeUploadFailuresPerS: 0.25}
 		}},
@@ -341,20 +350,26 @@ func TestAutoSignalsFromHeartbeats(t *testing.T) {
 	}
 	var sig map[string]float64
 	// 20 s: the package's tests run beside others on a loaded box.
-	regWait(t, 20*time.Second, "the signals of four nodes", func() bool {
+	regWait(t, 20*time.Second, "the signals of five nodes", func() bool {
 		as, err := m.client.GetFlexAuto(ctxT(t), &willowv1.GetFlexAutoRequest{})
 		if s := as.GetSignals(); fmt.Sprint(s) != fmt.Sprint(sig) {
 			sig = s
 			t.Logf("signals %v (%v)", sig, err) // shown when the wait times out
 		}
 		return err == nil && sig[master.SignalStoreWriteRatio] == 0.25 && sig[master.SignalCompressDemand] == 2.5 &&
-			sig[master.SignalUploadRate] == 2 && sig[master.SignalCompressForecast] > 0.5
+			sig[master.SignalUploadRate] == 2 && sig[master.SignalUploadArrivals] == 1.5 &&
+			sig[master.SignalCompressForecast] > 0.2 && sig[master.SignalCompressCPUForecastNormal] > 0.5
 	})
-	// (2 x 0.9 + 1 x 0.6) / 3 = 0.8 s per task; 2/s x 0.8 s / 3 slots.
-	want := 2 * 0.8 / 3
-	near := func(name string) bool { return math.Abs(sig[name]-want) < 1e-9 }
+	near := func(name string, want float64) bool { return math.Abs(sig[name]-want) < 1e-9 }
+	// Slots: (2 x 0.9 + 2 x 0.9 + 1 x 0.6) / 5 = 0.84 s per task; the
+	// arrivals 1.5/s x 0.84 s / 5 slots.
+	slots := 1.5 * 0.84 / 5
+	// CPUs, region a: (2 x 1.2 + 2 x 0.8) / 4 = 1 s per task over the 2
+	// CPUs of host h1, counted once: 1.5/s x 1 s / 2 = 0.75. Region b:
+	// its front's finished 0.5/s x 0.6 s / 2 = 0.15. The highest.
 	if sig[master.SignalCompressBacklog] != 3 || sig[master.SignalUploadRate] != 2 ||
-		!near(master.SignalCompressForecast) || !near(master.SignalCompressForecastNormal) {
-		t.Fatalf("signals %v, want backlog 3, upload rate 2, forecasts %v", sig, want)
+		!near(master.SignalCompressForecast, slots) || !near(master.SignalCompressForecastNormal, slots) ||
+		!near(master.SignalCompressCPUForecastNormal, 0.75) {
+		t.Fatalf("signals %v, want backlog 3, upload rate 2, forecasts %v, CPU forecast 0.75", sig, slots)
 	}
 }

@@ -162,12 +162,20 @@ type Load struct {
 	// codec (heic, jpeg), a moving average over the last tasks of each codec
 	// that succeeded; a codec not run since the start is absent.
 	ImageTaskSeconds map[string]float64 `protobuf:"bytes,37,rep,name=image_task_seconds,json=imageTaskSeconds,proto3" json:"image_task_seconds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
-	// compress: CPU seconds of the task's own thread per image task, by
-	// image codec, averaged like image_task_seconds: the codec's cost
-	// wherever it runs (wall over CPU is how much this box stretches it now).
+	// compress: CPU seconds per image task, by image codec, averaged like
+	// image_task_seconds: the task's share of its process's CPU (the CPU used
+	// while image tasks ran, split evenly among them; all its threads, x265's
+	// included): the codec's cost wherever it runs (wall over CPU is how much
+	// this box stretches it now). On a node sharing its process with other
+	// roles it includes theirs while the task ran.
 	ImageTaskCpuSeconds map[string]float64 `protobuf:"bytes,38,rep,name=image_task_cpu_seconds,json=imageTaskCpuSeconds,proto3" json:"image_task_cpu_seconds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// compress: the CPUs the node's process may use (its GOMAXPROCS, which
+	// follows the cgroup CPU quota) and the host it runs on (the kernel's
+	// boot id, else the host name): nodes with one host share its CPUs.
+	UsableCpus    float64 `protobuf:"fixed64,39,opt,name=usable_cpus,json=usableCpus,proto3" json:"usable_cpus,omitempty"`
+	Host          string  `protobuf:"bytes,40,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Load) Reset() {
@@ -359,6 +367,20 @@ func (x *Load) GetImageTaskCpuSeconds() map[string]float64 {
 		return x.ImageTaskCpuSeconds
 	}
 	return nil
+}
+
+func (x *Load) GetUsableCpus() float64 {
+	if x != nil {
+		return x.UsableCpus
+	}
+	return 0
+}
+
+func (x *Load) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
 }
 
 type RegisterRequest struct {
@@ -2515,7 +2537,7 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1d\n" +
 	"\n" +
 	"admin_addr\x18\b \x01(\tR\tadminAddr\x12\x1a\n" +
-	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\xd9\b\n" +
+	"\bcapacity\x18\t \x01(\x05R\bcapacity\"\x8e\t\n" +
 	"\x04Load\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tin_flight\x18\x02 \x01(\x05R\binFlight\x12\x19\n" +
@@ -2541,7 +2563,10 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\x0fcompress_demand\x18# \x01(\x01R\x0ecompressDemand\x12)\n" +
 	"\x10compress_workers\x18$ \x01(\x05R\x0fcompressWorkers\x12S\n" +
 	"\x12image_task_seconds\x18% \x03(\v2%.willow.v1.Load.ImageTaskSecondsEntryR\x10imageTaskSeconds\x12]\n" +
-	"\x16image_task_cpu_seconds\x18& \x03(\v2(.willow.v1.Load.ImageTaskCpuSecondsEntryR\x13imageTaskCpuSeconds\x1a9\n" +
+	"\x16image_task_cpu_seconds\x18& \x03(\v2(.willow.v1.Load.ImageTaskCpuSecondsEntryR\x13imageTaskCpuSeconds\x12\x1f\n" +
+	"\vusable_cpus\x18' \x01(\x01R\n" +
+	"usableCpus\x12\x12\n" +
+	"\x04host\x18( \x01(\tR\x04host\x1a9\n" +
 	"\vGaugesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aC\n" +
