@@ -47,18 +47,18 @@ type fleetPoint struct {
 	propagateP99Ms float64 // flex change to every watcher
 }
 
-// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-01 session 5, after
-// the bounded heartbeat queue, the incremental registry reload and the
-// Route index; load 6-9 on the shared 2-core box). N=5000 no longer
-// collapses (RSS 750 MiB, not 7.5 GiB) but the master served only 803 of
-// the 5000 heartbeats a second (1220 a second failed their 2 s deadline);
-// cpuPerBeatUs there is per heartbeat served (0.60 cores / 803), so the
-// curve says what 5000 heartbeats a second would cost at that rate, not
-// the 0.60 cores the starved master used.
+// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-02 session 8, with
+// the streamed heartbeat and the pre-encoded Route answer; box load 1-3 on
+// the shared 2-core box). Every size served the heartbeats offered (about
+// N a second). N = 100 and 1000 are one run (01:49 UTC, load 2.3); N = 5000
+// is the worse of the two runs at 01:47-01:49 (load 1.9 and 3.0: 107 and
+// 117 µs, Route p99 14 and 17 ms, propagation p99 134 and 143 ms). The
+// master and the simulated fleet share the box's two cores, so these are
+// a master with about half a box, not a dedicated one.
 var fleetCurve = []fleetPoint{
-	{nodes: 100, cpuPerBeatUs: 1314, rssMiB: 46, routeP99Ms: 9.7, propagateP99Ms: 9.1},
-	{nodes: 1000, cpuPerBeatUs: 347, rssMiB: 174, routeP99Ms: 284, propagateP99Ms: 729},
-	{nodes: 5000, cpuPerBeatUs: 753, rssMiB: 750, routeP99Ms: 2043, propagateP99Ms: 2284},
+	{nodes: 100, cpuPerBeatUs: 909, rssMiB: 51, routeP99Ms: 1.1, propagateP99Ms: 11.6},
+	{nodes: 1000, cpuPerBeatUs: 246, rssMiB: 159, routeP99Ms: 7.4, propagateP99Ms: 27.1},
+	{nodes: 5000, cpuPerBeatUs: 117, rssMiB: 724, routeP99Ms: 17.4, propagateP99Ms: 143},
 }
 
 // interp evaluates a curve at x, linearly in log-log between the points
