@@ -299,7 +299,7 @@ func (d *diskTier) touch(e *diskEntry, now time.Time) {
 }
 
 // open returns key's data file, open (for sendfile; the caller releases
-// it), when it holds o's bytes (same length and ETag) and the entry is
+// it; now is the hit's time), when it holds o's bytes (same length and ETag) and the entry is
 // known good; ok is false otherwise (not on disk, not yet checked since a
 // restart, evicted meanwhile). The entry keeps the file open for its next
 // hits (at most maxOpenFiles entries do). A hit counts as recency, in the
@@ -307,14 +307,14 @@ func (d *diskTier) touch(e *diskEntry, now time.Time) {
 // rewritten in place (entries are renamed into place and deleted), so an
 // open file keeps the bytes it had even if the entry is evicted or
 // replaced while it is sent.
-func (d *diskTier) open(key string, o *object) (*entryFile, bool) {
+func (d *diskTier) open(key string, o *object, now time.Time) (*entryFile, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e, ok := d.c.Get(key)
 	if !ok || !e.good || e.bytes != int64(len(o.data)) || e.etag != o.etag {
 		return nil, false
 	}
-	if now := time.Now(); now.Sub(e.touched) >= touchEvery {
+	if now.Sub(e.touched) >= touchEvery {
 		d.touch(e, now)
 	}
 	if e.file == nil {

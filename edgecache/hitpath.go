@@ -156,15 +156,18 @@ type hitConn struct {
 
 func (c *hitConn) serve() {
 	defer c.h.wg.Done()
+	// now is when the connection last became idle: accepted, or its last
+	// answer written (the clock read answer times the request with).
+	now := time.Now()
 	for {
-		c.idleDeadline(time.Now())
+		c.idleDeadline(now)
 		if c.h.closing.Load() {
 			c.drop()
 			return
 		}
 		head, err := c.readHead()
 		if err == nil {
-			err = c.answer(head)
+			now, err = c.answer(head)
 		}
 		switch {
 		case errors.Is(err, errHandOff):
@@ -226,13 +229,13 @@ func (c *hitConn) readHead() ([]byte, error) {
 var crlf2 = []byte("\r\n\r\n")
 
 // answer answers one request whose head is in the buffer (a hit, a miss
-// filled here, an error after admission), or returns errHandOff (the head
-// left unread) for net/http: anything parseHitHead or prepare does not
-// take, and sliced objects.
-func (c *hitConn) answer(head []byte) error {
+// filled here, an error after admission) and returns when it finished
+// writing, or returns errHandOff (the head left unread) for net/http:
+// anything parseHitHead or prepare does not take, and sliced objects.
+func (c *hitConn) answer(head []byte) (time.Time, error) {
 	hr, ok := parseHitHead(head)
 	if !ok {
-		return errHandOff
+		return time.Time{}, errHandOff
 	}
 	start := time.Now()
 	s := c.h.s
@@ -245,7 +248,7 @@ func (c *hitConn) answer(head []byte) error {
 	}
 	rq, signed, err := s.prepare(context.Background(), d)
 	if err != nil {
-		return errHandOff // serveHTTP answers it, the same way
+		return time.Time{}, errHandOff // serveHTTP answers it, the same way
 	}
 	method := http.MethodGet
 	if hr.head {
@@ -264,7 +267,7 @@ func (c *hitConn) answer(head []byte) error {
 			// ServeContent reads the slices: net/http answers it,
 			// without admitting it a second time.
 			c.admitted = true
-			return errHandOff
+			return time.Time{}, errHandOff
 		}
 		if err != nil {
 			c.br.Discard(len(head))
@@ -280,8 +283,9 @@ func (c *hitConn) answer(head []byte) error {
 		s.m.bytesHTTP.Add(float64(len(o.data)))
 	}
 	err = c.writeHit(rq, o, signed, hr.head, start)
-	s.m.http.done(http.StatusOK, method, start)
-	return err
+	end := time.Now()
+	s.m.http.took(http.StatusOK, method, end.Sub(start))
+	return end, err
 }
 
 // cachedHit returns the representation rq asks for when a tier holds it
@@ -319,7 +323,7 @@ func (c *hitConn) writeHit(rq req, o *object, signed, head bool, now time.Time) 
 	c.out.hdr, c.out.body, c.out.fd, c.out.sent = b, nil, -1, 0
 	if !head {
 		c.out.body = o.data
-		if f, ok := c.h.s.diskFile(rq, o); ok {
+		if f, ok := c.h.s.diskFile(rq, o, now); ok {
 			defer f.release()
 			c.out.fd = f.fd
 		}
@@ -337,12 +341,14 @@ func (c *hitConn) write() (int64, error) {
 	return c.out.WriteTo(c.c)
 }
 
-// writeError answers a request with err, through writeError.
-func (c *hitConn) writeError(err error, method string, start time.Time) error {
+// writeError answers a request with err, through writeError, and
+// returns when it finished writing.
+func (c *hitConn) writeError(err error, method string, start time.Time) (time.Time, error) {
 	rec := newBufferedResponse()
 	writeError(rec, err)
 	c.h.s.m.http.done(rec.code, method, start)
-	return c.writeBuffered(rec, method == http.MethodHead, start)
+	err = c.writeBuffered(rec, method == http.MethodHead, start)
+	return time.Now(), err
 }
 
 // writeBuffered writes a response a handler wrote into rec (for HEAD,

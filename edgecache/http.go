@@ -82,7 +82,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var n int64
-		if f, ok := s.diskFile(rq, o); ok {
+		if f, ok := s.diskFile(rq, o, time.Now()); ok {
 			// Held by the disk tier: sendfile from the page cache, not a
 			// copy of the memory tier's bytes into the socket.
 			n = sendBody(w, r, o.data, f)
@@ -151,16 +151,17 @@ func (s *Server) prepare(ctx context.Context, d download) (rq req, signed bool, 
 // diskFile returns the disk tier's file of the object o a hit for rq
 // resolved to, when the tier holds it and it is large enough to be worth
 // a sendfile (Config.SendfileMinBytes).
-func (s *Server) diskFile(rq req, o *object) (*entryFile, bool) {
+// now is the request's time, for the tier's recency.
+func (s *Server) diskFile(rq req, o *object, now time.Time) (*entryFile, bool) {
 	if s.disk == nil || int64(len(o.data)) < s.cfg.SendfileMinBytes {
 		return nil, false
 	}
 	if rq.format == FormatJPEG && o.contentType == "image/jpeg" {
-		if f, ok := s.disk.open(rq.jpegKey(), o); ok {
+		if f, ok := s.disk.open(rq.jpegKey(), o, now); ok {
 			return f, true
 		}
 	}
-	return s.disk.open(rq.base(), o)
+	return s.disk.open(rq.base(), o, now)
 }
 
 // countingWriter counts body bytes written.

@@ -148,8 +148,13 @@ func (m *metrics) newHTTPCounts() *httpCounts {
 // done counts one answer of code to a request of method (an HTTP method)
 // whose head was read at start.
 func (c *httpCounts) done(code int, method string, start time.Time) {
+	c.took(code, method, time.Since(start))
+}
+
+// took counts a request answered in d.
+func (c *httpCounts) took(code int, method string, d time.Duration) {
 	c.counter(code, method).Inc()
-	c.seconds.Observe(time.Since(start).Seconds())
+	c.seconds.Observe(d.Seconds())
 }
 
 func (c *httpCounts) counter(code int, method string) prometheus.Counter {

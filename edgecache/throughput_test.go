@@ -67,6 +67,9 @@ const (
 	envLoadURLs        = "EDGECACHE_LOAD_URLS" // file of "TARGET URL" lines
 	envLoadSize        = "EDGECACHE_LOAD_SIZE"
 	envLoadConcurrency = "EDGECACHE_LOAD_CONCURRENCY"
+	// envBenchConns "new": every slice opens new connections (default:
+	// the client keeps its connections for the whole run).
+	envBenchConns = "EDGECACHE_BENCH_CONNS"
 )
 
 // TestLoadClientProcess is the load client when the benchmark runs this
@@ -98,12 +101,18 @@ func TestLoadClientProcess(t *testing.T) {
 		defer tr.CloseIdleConnections()
 		clients[target] = &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	}
+	newConns := os.Getenv(envBenchConns) == "new"
 	in := bufio.NewScanner(os.Stdin)
 	for seed := uint64(7); in.Scan(); seed++ {
 		target, ds, _ := strings.Cut(in.Text(), " ")
 		d, err := time.ParseDuration(ds)
 		if err != nil || clients[target] == nil {
 			t.Fatalf("bad command %q", in.Text())
+		}
+		if newConns {
+			// The slice opens its own connections, as a client process of
+			// its own would: the target's accept and close are in it.
+			clients[target].Transport.(*http.Transport).CloseIdleConnections()
 		}
 		n, took, err := load(clients[target], urls[target], size, conc, d, seed)
 		if err != nil {
@@ -179,10 +188,13 @@ func (lc *loadClient) run(b *testing.B, target string, d time.Duration) (int64, 
 
 // startNginx serves root on a free loopback port with a generated config
 // (daemon off) until the benchmark ends: as many workers as the edge has
-// cores (GOMAXPROCS 2 here), sendfile with tcp_nopush, no access log, and
-// open_file_cache, as the edge keeps its disk files open. cpu reads the CPU time nginx's
-// master and worker processes have used so far.
-func startNginx(b *testing.B, root string) (addr string, cpu func() time.Duration) {
+// cores (GOMAXPROCS 2 here; EDGECACHE_BENCH_NGINX_WORKERS=N sets it),
+// listening with reuseport (EDGECACHE_BENCH_NGINX_REUSEPORT=0: one shared
+// socket), sendfile with tcp_nopush, no access log, and open_file_cache,
+// as the edge keeps its disk files open. cpu reads the CPU time nginx's
+// master and worker processes have used so far, in all and each (master
+// first).
+func startNginx(b *testing.B, root string) (addr string, cpu func() (time.Duration, []time.Duration)) {
 	b.Helper()
 	bin := "/usr/sbin/nginx"
 	if _, err := os.Stat(bin); err != nil {
@@ -190,9 +202,20 @@ func startNginx(b *testing.B, root string) (addr string, cpu func() time.Duratio
 	}
 	dir := b.TempDir()
 	addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
+	workers := strconv.Itoa(runtime.GOMAXPROCS(0))
+	if w := os.Getenv("EDGECACHE_BENCH_NGINX_WORKERS"); w != "" {
+		workers = w
+	}
+	// reuseport: a listening socket per worker, the kernel spreading new
+	// connections over them evenly. Without it the persistent connections
+	// of a run often all land on one worker (one core for nginx).
+	reuseport := " reuseport"
+	if os.Getenv("EDGECACHE_BENCH_NGINX_REUSEPORT") == "0" {
+		reuseport = ""
+	}
 	conf := fmt.Sprintf(`daemon off;
 user root;
-worker_processes %[4]d;
+worker_processes %[4]s;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log warn;
 events { worker_connections 1024; }
@@ -208,13 +231,13 @@ http {
   uwsgi_temp_path %[1]s/uwsgi;
   scgi_temp_path %[1]s/scgi;
   server {
-    listen %[2]s;
+    listen %[2]s%[5]s;
     root %[3]s;
     default_type image/heic;
     add_header Cache-Control "public, max-age=31536000, immutable";
   }
 }
-`, dir, addr, root, runtime.GOMAXPROCS(0))
+`, dir, addr, root, workers, reuseport)
 	cf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		b.Fatal(err)
@@ -251,16 +274,19 @@ http {
 		b.Fatalf("nginx: %v", err)
 	}
 	pid := cmd.Process.Pid
-	return addr, func() time.Duration {
+	return addr, func() (time.Duration, []time.Duration) {
 		pids := []string{strconv.Itoa(pid)}
 		if c, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
 			pids = append(pids, strings.Fields(string(c))...)
 		}
 		var t time.Duration
+		var each []time.Duration
 		for _, p := range pids {
-			t += procCPU(b, p)
+			c := procCPU(b, p)
+			t += c
+			each = append(each, c)
 		}
-		return t
+		return t, each
 	}
 }
 
@@ -392,6 +418,7 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 	if n := st.gets.Load(); n != int64(objects) {
 		b.Fatalf("%d origin reads while warming, want %d", n, objects)
 	}
+	_, ngxEach0 := ngxCPU()
 	b.ResetTimer()
 	for range b.N {
 		var edgeN, ngxN int64
@@ -403,9 +430,10 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 					n, d := lc.run(b, "edge", slice)
 					edgeN, edgeT, edgeC = edgeN+n, edgeT+d, edgeC+selfCPU()-c0
 				} else {
-					c0 := ngxCPU()
+					c0, _ := ngxCPU()
 					n, d := lc.run(b, "nginx", slice)
-					ngxN, ngxT, ngxC = ngxN+n, ngxT+d, ngxC+ngxCPU()-c0
+					c1, _ := ngxCPU()
+					ngxN, ngxT, ngxC = ngxN+n, ngxT+d, ngxC+c1-c0
 				}
 			}
 		}
@@ -420,6 +448,13 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 		b.ReportMetric(ngxCPUReq, "nginx-cpu-us/req")
 		b.ReportMetric(100*ngxCPUReq/edgeCPU, "nginx/edge-%cpu")
 		b.Logf("edge cache %.0f req/s, nginx %.0f req/s: %.0f%%; CPU per request edge %.0f us, nginx %.0f us", edge, nginx, 100*edge/nginx, edgeCPU, ngxCPUReq)
+	}
+	if _, each := ngxCPU(); len(each) == len(ngxEach0) {
+		// How nginx's work spread over its master and workers.
+		for i := range each {
+			each[i] -= ngxEach0[i]
+		}
+		b.Logf("nginx CPU by process (master first): %v", each)
 	}
 	if n := st.gets.Load(); n != int64(objects) {
 		b.Fatalf("%d origin reads, want %d: the run was not all hits", n, objects)
