@@ -51,8 +51,9 @@ type fleetPoint struct {
 // the streamed heartbeat and the pre-encoded Route answer; box load 1-3 on
 // the shared 2-core box). Every size served the heartbeats offered (about
 // N a second). N = 100 and 1000 are one run (01:49 UTC, load 2.3); N = 5000
-// is the worse of the two runs at 01:47-01:49 (load 1.9 and 3.0: 107 and
-// 117 µs, Route p99 14 and 17 ms, propagation p99 134 and 143 ms). The
+// is the 01:48 run (load 3.0); four runs of the final tree at load 1.9-3.4
+// gave 107-141 µs, propagation p99 134-252 ms and Route p99 14-17 ms in
+// three of them, 228 ms in the fourth (the tail is not under control). The
 // master and the simulated fleet share the box's two cores, so these are
 // a master with about half a box, not a dedicated one.
 var fleetCurve = []fleetPoint{
