@@ -1,8 +1,10 @@
 package upload
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -28,9 +30,10 @@ import (
 //
 // A front asked about an upload it has not staged (Begin, Status, a tus or
 // IETF request) reads the session record and adopts the upload: it copies
-// the listed parts into a local staging dir (each part's SHA-256 checked,
-// the parts contiguous from 0; a missing or damaged part ends the copy
-// there), writes the record back with itself as owner and the epoch
+// the listed parts into a local staging dir (each part checked against
+// the SHA-256 of the upload's bytes up to its end, which the owner took
+// from its running hash; the parts contiguous from 0; a missing or
+// damaged part ends the copy there), writes the record back with itself as owner and the epoch
 // incremented, and answers with that durable offset. The client then sends
 // only the missing bytes. The staged bytes are verified as before at
 // Commit (size, the declared SHA-256), the raw goes to the store or a pool
@@ -72,11 +75,17 @@ func partObjectKey(key string, off int64) string {
 	return fmt.Sprintf("%s%s/part-%016d", stagingPrefix, key, off)
 }
 
-// mirrorPart is one durable range in the store.
+// mirrorPart is one durable range in the store. Prefix is the SHA-256 of
+// the upload's bytes [0, Off+Len), the sum of the hash state the sync
+// recorded with the range, so writing a part costs no pass over its bytes
+// for a hash; an adopter, which hashes the parts in order anyway, checks
+// it. SHA256, the part's own digest, is what records written before
+// Prefix carry; an adopter checks whichever of the two a part has.
 type mirrorPart struct {
 	Off    int64  `json:"off"`
 	Len    int64  `json:"len"`
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256,omitempty"`
+	Prefix string `json:"prefix_sha256,omitempty"`
 }
 
 // sessionRecord is staging/KEY/session.json.
@@ -146,7 +155,7 @@ func (m *mirror) owned(ctx context.Context) error {
 	return nil
 }
 
-// durable mirrors [end, to) of f. It returns errMoved when another front
+// durable mirrors [end, to) of f; hs is the hash state after [0, to). It returns errMoved when another front
 // owns the upload; store failures are logged, not returned. The last
 // range (to is the upload's size) is not mirrored: Commit follows it, and
 // a client whose front dies in between resends at most that range to
@@ -157,7 +166,7 @@ func (m *mirror) owned(ctx context.Context) error {
 // ownership check runs at each one once a record is in the store);
 // otherwise the end of a stream or request, which copies what is new. The
 // first point of an upload without a record in the store always copies.
-func (m *mirror) durable(ctx context.Context, f *os.File, to int64, point bool) error {
+func (m *mirror) durable(ctx context.Context, f *os.File, to int64, hs []byte, point bool) error {
 	if m.moved {
 		return errMoved
 	}
@@ -181,12 +190,15 @@ func (m *mirror) durable(ctx context.Context, f *os.File, to int64, point bool) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.s.cfg.MirrorTimeout)
 	defer cancel()
+	var prefix string
 	if err == nil {
-		h := sha256.New()
+		prefix, err = sumOfState(hs)
+	}
+	if err == nil {
 		n := to - m.end
-		err = m.s.st.Put(ctx, partObjectKey(m.key, m.end), io.TeeReader(io.NewSectionReader(f, m.end, n), h), n, "application/octet-stream")
+		err = m.s.st.Put(ctx, partObjectKey(m.key, m.end), io.NewSectionReader(f, m.end, n), n, "application/octet-stream")
 		if err == nil {
-			m.parts = append(m.parts, mirrorPart{Off: m.end, Len: n, SHA256: hex.EncodeToString(h.Sum(nil))})
+			m.parts = append(m.parts, mirrorPart{Off: m.end, Len: n, Prefix: prefix})
 			m.end = to
 			if err = m.writeRecord(ctx); err != nil {
 				// Not listed, so not trusted: roll the part back.
@@ -209,6 +221,16 @@ func (m *mirror) durable(ctx context.Context, f *os.File, to int64, point bool) 
 	m.lastAt = m.s.now()
 	m.s.m.mirror.WithLabelValues("ok").Inc()
 	return nil
+}
+
+// sumOfState is the hex SHA-256 of the bytes hashed into the marshalled
+// state hs.
+func sumOfState(hs []byte) (string, error) {
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(hs); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // reset forgets the mirrored parts (the staged bytes were dropped after a
@@ -390,7 +412,8 @@ func (s *Server) adoptLocked(ctx context.Context, key string, rec sessionRecord)
 	return st, nil
 }
 
-// copyPart appends part p (checked against its SHA-256) to st.
+// copyPart appends part p (checked against its SHA-256, or st's bytes so
+// far and p together against its Prefix) to st.
 func (s *Server) copyPart(ctx context.Context, key string, st *staged, p mirrorPart) error {
 	sctx, cancel := s.storeCtx(ctx)
 	defer cancel()
@@ -405,6 +428,12 @@ func (s *Server) copyPart(ctx context.Context, key string, st *staged, p mirrorP
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
 	h := sha256.New()
+	if p.SHA256 == "" {
+		// The parts are copied in order from 0: st holds [0, p.Off).
+		if h, err = st.hashSoFar(); err != nil {
+			return err
+		}
+	}
 	// Spool and check the whole part before any of it is staged.
 	tmp, err := os.CreateTemp(s.upDir, ".part-*")
 	if err != nil {
@@ -415,7 +444,7 @@ func (s *Server) copyPart(ctx context.Context, key string, st *staged, p mirrorP
 	if err != nil {
 		return err
 	}
-	if n != p.Len || hex.EncodeToString(h.Sum(nil)) != p.SHA256 {
+	if n != p.Len || hex.EncodeToString(h.Sum(nil)) != cmp.Or(p.SHA256, p.Prefix) {
 		return fmt.Errorf("part damaged (%d bytes, sha256 %x)", n, h.Sum(nil))
 	}
 	for pos := int64(0); pos < n; {

@@ -223,3 +223,58 @@ func pad16(n int64) string {
 	s := strconv.FormatInt(n, 10)
 	return strings.Repeat("0", 16-len(s)) + s
 }
+
+// TestResumePartOwnSHA256: a session record written before parts carried
+// prefix_sha256 lists each part's own SHA-256; an adopter checks that
+// instead, and a wrong one still ends the copy there.
+func TestResumePartOwnSHA256(t *testing.T) {
+	ctx := ctxT(t)
+	a1, a2, st := twoFronts(t, upload.Config{SyncEvery: 64 << 10, MirrorInterval: -1})
+	data := photo(t)
+	const id, user = "resume-own-sha", "u-own"
+	key := media.KeyFor(user, id)
+	if _, err := a1.begin(ctx, id, user, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a1.send(ctx, id, data[:len(data)/2], 0, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	recKey := "staging/" + key + "/session.json"
+	var rec map[string]any
+	if err := json.Unmarshal(storeBytes(t, st, recKey), &rec); err != nil {
+		t.Fatal(err)
+	}
+	parts, _ := rec["parts"].([]any)
+	if len(parts) < 2 {
+		t.Fatalf("session record has %d parts, want 2 or more", len(parts))
+	}
+	var ends []int64
+	for i, p := range parts {
+		m := p.(map[string]any)
+		if m["prefix_sha256"] == nil || m["sha256"] != nil {
+			t.Fatalf("part %d as written: %v; want prefix_sha256 only", i, m)
+		}
+		off, n := int64(m["off"].(float64)), int64(m["len"].(float64))
+		delete(m, "prefix_sha256")
+		m["sha256"] = sum(data[off : off+n])
+		ends = append(ends, off+n)
+	}
+	parts[1].(map[string]any)["sha256"] = sum(data[:1]) // wrong for part 1
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(ctx, recKey, bytes.NewReader(b), int64(len(b)), "application/json"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a2.begin(ctx, id, user, data); err != nil || got.GetOffset() != ends[0] {
+		t.Fatalf("Begin on upload-a-2 from own-SHA-256 parts: %v %v; want offset %d", got, err, ends[0])
+	}
+	r, err := a2.upload(ctx, id, user, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := storeBytes(t, st, media.RawKey(key)); !bytes.Equal(got, data) || r.GetDuplicate() {
+		t.Fatalf("raw %d bytes after adopting own-SHA-256 parts", len(got))
+	}
+}

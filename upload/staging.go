@@ -567,7 +567,7 @@ func (s *staged) syncTo(ctx context.Context, p syncPoint, point bool) error {
 	}
 	var merr error
 	if s.mirror != nil {
-		merr = s.mirror.durable(ctx, p.f, p.to, point)
+		merr = s.mirror.durable(ctx, p.f, p.to, p.hs, point)
 	}
 	s.mu.Lock()
 	if p.gen == s.gen && p.to > s.durable {
@@ -582,6 +582,18 @@ func (s *staged) Sum() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return fmt.Sprintf("%x", s.h.Sum(nil))
+}
+
+// hashSoFar returns a copy of the hash of the bytes received so far.
+func (s *staged) hashSoFar() (hash.Hash, error) {
+	s.mu.Lock()
+	hs, err := s.h.(encoding.BinaryMarshaler).MarshalBinary()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	return h, h.(encoding.BinaryUnmarshaler).UnmarshalBinary(hs)
 }
 
 // Reader returns a reader of the staged bytes [0, n).
