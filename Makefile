@@ -77,7 +77,9 @@ bench-ring: setup
 	go test -run '^$$' -bench BenchmarkRingChurn -benchtime 1x -timeout 20m ./edgecache/ring
 
 # Edge cache against nginx (BENCHMARKS.md): cached hits of 100 KiB and 1 MiB
-# objects, the two servers alternating in 1 s slices, 3 runs per size.
+# objects, the two servers alternating in 250 ms slices over persistent
+# connections (nginx with reuseport), 3 runs per size; EDGECACHE_BENCH_CONNS=new
+# opens new connections every slice.
 bench-edge: setup
 	go test -run '^$$' -bench BenchmarkHTTPvsNginx -benchtime 1x -count 3 -timeout 10m ./edgecache
 
