@@ -1,5 +1,5 @@
-// Package cpustat reads CPU time from getrusage(2): the whole process's
-// and the calling thread's (user plus system).
+// Package cpustat reads the process's CPU time (user plus system) from
+// getrusage(2).
 package cpustat
 
 import (
@@ -12,11 +12,6 @@ func Process() time.Duration {
 	d, _ := usage(syscall.RUSAGE_SELF)
 	return d
 }
-
-// Thread is the CPU time the calling OS thread has used (lock the
-// goroutine to its thread around a measurement); ok is false if it
-// cannot be read.
-func Thread() (d time.Duration, ok bool) { return usage(syscall.RUSAGE_THREAD) }
 
 func usage(who int) (time.Duration, bool) {
 	var ru syscall.Rusage
