@@ -268,8 +268,9 @@ func (s *Server) heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	}
 	s.routeHeartbeat(info.GetId())
 	// A heartbeat waits 2 s at most for its batch: the caller's own
-	// deadline when it is sooner (a node's heartbeat call has one), so
-	// most heartbeats need no timer of their own.
+	// deadline when it is sooner (a node's unary heartbeat call has one,
+	// so it needs no timer of its own; a stream has none, so each of its
+	// heartbeats gets one).
 	if dl, ok := ctx.Deadline(); !ok || dl.Sub(now) > 2*time.Second {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 2*time.Second)

@@ -84,28 +84,24 @@ func (s *Server) buildRouteIndex(v *view, now time.Time) *routeIdx {
 	return idx
 }
 
-// answer is the Route answer for role and region at now (Flex and TtlMs
-// unset): from the index as built while every listed node is alive, else
-// without the nodes that fell silent since. seen is this master's last
-// heartbeat of a node (hbShards.seenMs): a listed node past its deadline
-// that heartbeat since is still in.
-func (idx *routeIdx) answer(role, region string, now time.Time, seen func(id string) int64) (*willowv1.RouteResponse, error) {
+// live is role's routes at now: the index's as built while every listed
+// node is alive, else without the nodes that fell silent since. seen is
+// this master's last heartbeat of a node (hbShards.seenMs): a listed node
+// past its deadline that heartbeat since is still in. nil where no node
+// of role is listed.
+func (idx *routeIdx) live(role string, now time.Time, seen func(id string) int64) *roleRoutes {
 	r := idx.roles[role]
 	if nowMs := now.UnixMilli(); r != nil && nowMs >= r.minUntil {
 		r = r.aliveAt(nowMs, func(ep *willowv1.Endpoint) bool { return nowMs-seen(ep.GetNodeId()) < idx.missedMs })
 	}
-	return r.answer(role, region)
+	return r
 }
 
-// wire is answer encoded (as roleRoutes.wire): the index's shared
-// encoding while every listed node is alive, else the answer without the
-// nodes fallen silent, encoded for this call.
+// wire is the Route answer for role and region at now, encoded
+// (roleRoutes.wire; Flex and TtlMs unset): the index's shared encoding
+// while every listed node is alive, else one for this call.
 func (idx *routeIdx) wire(role, region string, now time.Time, seen func(id string) int64) ([]byte, error) {
-	r := idx.roles[role]
-	if nowMs := now.UnixMilli(); r != nil && nowMs >= r.minUntil {
-		r = r.aliveAt(nowMs, func(ep *willowv1.Endpoint) bool { return nowMs-seen(ep.GetNodeId()) < idx.missedMs })
-	}
-	return r.wire(role, region)
+	return idx.live(role, now, seen).wire(role, region)
 }
 
 // aliveAt is r without the endpoints whose deadline is past at nowMs and

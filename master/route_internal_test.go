@@ -37,6 +37,13 @@ func groupRoutes(entries []*entry, now time.Time, missedAfter time.Duration, rol
 	return newRoleRoutes(byRegion, nil)
 }
 
+// answer is the index's Route answer for role and region at now, decoded
+// as Route's callers see it (Flex and TtlMs unset): Route sends the same
+// routes encoded (routeIdx.wire).
+func (idx *routeIdx) answer(role, region string, now time.Time, seen func(id string) int64) (*willowv1.RouteResponse, error) {
+	return idx.live(role, now, seen).answer(role, region)
+}
+
 var t0 = time.UnixMilli(1_700_000_000_000)
 
 // mk builds a registry entry: role, region, id, state and seconds since
