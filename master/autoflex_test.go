@@ -50,10 +50,7 @@ func startQueueNode(t *testing.T, m *testMaster, queueMs func() float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runUntilCleanup(t, n.Run)
 }
 
 func autoSteps(t *testing.T, c willowv1.MasterClient) []*willowv1.AuditEntry {
@@ -343,10 +340,7 @@ func TestAutoSignalsFromHeartbeats(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.AddLoad(tc.fill)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = n.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		runUntilCleanup(t, n.Run)
 	}
 	var sig map[string]float64
 	// 20 s: the package's tests run beside others on a loaded box.

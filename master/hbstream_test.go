@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,12 +49,7 @@ func startAuthMaster(t *testing.T, rdb redis.UniversalClient, stream grpc.Stream
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = n.Run(ctx) }()
-	go func() { defer wg.Done(); _ = s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	runUntilCleanup(t, n.Run, s.Run)
 	conn := dialMaster(t, n.Addr(), auth.NodeCredentials{Secret: hbSecret, ID: "probe-node", Role: "upload", Instance: "i0"})
 	return &regMaster{addr: n.Addr(), node: n, srv: s, client: willowv1.NewMasterClient(conn)}
 }
@@ -302,10 +296,7 @@ func TestNodeHeartbeatStreamFallback(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = n.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
+			runUntilCleanup(t, n.Run)
 			reg := m.node.Registry()
 			unary := func() float64 {
 				return counter(t, reg, "grpc_server_started_total", map[string]string{"grpc_method": "Heartbeat"})

@@ -51,20 +51,30 @@ func startRegMaster(t *testing.T, rdb redis.UniversalClient, id string, cfg mast
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = n.Run(ctx) }()
-	go func() { defer wg.Done(); _ = s.Run(ctx) }()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
-	t.Cleanup(stop)
+	stop := runUntilCleanup(t, n.Run, s.Run)
 	conn, err := node.Dial(n.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return &regMaster{addr: n.Addr(), node: n, srv: s, client: willowv1.NewMasterClient(conn), stop: stop}
+}
+
+// runUntilCleanup runs each of runs (a node's or a master's Run) on its
+// own goroutine until the test ends, or until stop, which returns once
+// they all have.
+func runUntilCleanup(t *testing.T, runs ...func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range runs {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = run(ctx) }()
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // quiet logs only errors, and only with -v.
@@ -110,12 +120,7 @@ func startRegNode(t *testing.T, masterAddr, id, role, region string) *regNode {
 	if err := n.Guard().Declare(master.Methods()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
+	stop := runUntilCleanup(t, n.Run)
 	conn, err := node.Dial(n.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
