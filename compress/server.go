@@ -212,7 +212,11 @@ func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*
 
 	s.dem.add(1) // waiting or in work until it returns
 	defer s.dem.add(-1)
-	waited, err := s.acquire(ctx)
+	waited, err := s.acquire(ctx, req.GetStartNow())
+	if errors.Is(err, errNotStarted) {
+		s.m.tasks.WithLabelValues(kindName(kind), "", "not_started").Inc()
+		return &willowv1.CompressResponse{NotStarted: true}, nil
+	}
 	if err != nil {
 		s.m.tasks.WithLabelValues(kindName(kind), "", "overload").Inc()
 		return nil, err
@@ -266,15 +270,23 @@ func (s *Server) compress(ctx context.Context, req *willowv1.CompressRequest) (*
 	return resp, nil
 }
 
+// errNotStarted: acquire's caller asked for a slot now and none was free.
+var errNotStarted = errors.New("no worker slot free")
+
 // acquire takes a worker slot, queueing at most QueueLen tasks. A full
-// queue, or a deadline passing in the queue, is ErrOverload.
-func (s *Server) acquire(ctx context.Context) (time.Duration, error) {
+// queue, or a deadline passing in the queue, is ErrOverload. With now set
+// it does not queue: no free slot is errNotStarted, and the task counts in
+// no queue figure (its caller queues it when it asks again).
+func (s *Server) acquire(ctx context.Context, now bool) (time.Duration, error) {
 	select {
 	case s.slots <- struct{}{}:
 		s.q.observe(0)
 		s.m.queueWait.Observe(0)
 		return 0, nil
 	default:
+	}
+	if now {
+		return 0, errNotStarted
 	}
 	if s.waiting.Add(1) > int64(s.cfg.QueueLen) {
 		s.waiting.Add(-1)

@@ -360,3 +360,34 @@ func TestVideoShippedClips(t *testing.T) {
 	}
 	t.Logf("cube.mpeg: %dx%d %.1fs %.0f kbps cpu %v", v.Width, v.Height, res.OutputSeconds, res.OutputKbps, res.CPU)
 }
+
+// TestStartNow: a task asked with start_now runs when a worker slot is
+// free, and is answered not_started at once, run nowhere and queued
+// nowhere, while every slot is busy.
+func TestStartNow(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	e := newEnv(t, compress.Config{Workers: 1, QueueLen: 4, FFmpeg: fakeFFmpeg(t, pidFile), TaskTimeout: 2 * time.Second})
+	image := &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_IMAGE, Data: jpegOf(t, gradient(64, 64), 80),
+		ReturnData: true, StartNow: true}
+	resp, err := e.cli.Compress(context.Background(), image)
+	if err != nil || resp.GetNotStarted() || len(resp.GetVariants()) == 0 {
+		t.Fatalf("free worker: not_started %v, %d variants, err %v", resp.GetNotStarted(), len(resp.GetVariants()), err)
+	}
+
+	video := &willowv1.CompressRequest{MediaId: testID, Kind: willowv1.Kind_KIND_VIDEO, Data: shortClip(t), ReturnData: true}
+	busy := make(chan error, 1)
+	go func() { _, err := e.cli.Compress(context.Background(), video); busy <- err }()
+	waitFor(t, func() bool { _, err := os.Stat(pidFile); return err == nil }) // the only worker is busy
+	resp, err = e.cli.Compress(context.Background(), image)
+	if err != nil || !resp.GetNotStarted() || len(resp.GetVariants()) != 0 {
+		t.Fatalf("busy worker: not_started %v, %d variants, err %v", resp.GetNotStarted(), len(resp.GetVariants()), err)
+	}
+	if q := e.srv.QueueMs(); q != 0 {
+		t.Fatalf("a not_started task counts in the queue: %v ms", q)
+	}
+	<-busy // the hung video is killed at its deadline
+	resp, err = e.cli.Compress(context.Background(), image)
+	if err != nil || resp.GetNotStarted() || len(resp.GetVariants()) == 0 {
+		t.Fatalf("worker free again: not_started %v, %d variants, err %v", resp.GetNotStarted(), len(resp.GetVariants()), err)
+	}
+}

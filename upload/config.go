@@ -61,10 +61,13 @@ type Config struct {
 	DrainWait time.Duration `yaml:"drain_wait"`
 	// CommitWait is how long Commit waits for the first compress attempt,
 	// so its reply can list the variants; the acknowledgement never
-	// depends on it (the job is journaled first). Default
-	// DefaultCommitWait, at most CompressTimeout; negative: do not wait
-	// (compress runs in the background). Kept short so a compress backlog
-	// at a peak does not hold every client's acknowledgement.
+	// depends on it (the job is journaled first). Commit waits only for a
+	// task a worker starts at once: one that would queue (every slot of
+	// the worker asked busy) is answered processing without waiting, and
+	// runs queued. Default DefaultCommitWait, at most CompressTimeout;
+	// negative: do not wait (compress runs in the background). Kept short
+	// so a compress task that runs long at a peak does not hold its
+	// client's acknowledgement.
 	CommitWait time.Duration `yaml:"commit_wait"`
 	// StoreTimeout bounds one store or pool write; default
 	// DefaultStoreTimeout.

@@ -195,7 +195,9 @@ type frontOpts struct {
 	// libheif, ffmpeg) with these limits instead of the fake.
 	real       bool
 	realLimits limits.Limits
-	id         string // node ID; default upload-a-1
+	// realWorkers is the real compress worker's slots (default compress's).
+	realWorkers int
+	id          string // node ID; default upload-a-1
 	// shed installs the node's admission policy (node.Config.Shed); the
 	// front then reads the real shedder's decision (no fake WouldShed).
 	shed *shedding.Config
@@ -224,7 +226,7 @@ func newFrontB(tb testing.TB, o frontOpts) *front {
 		tb.Fatal(err)
 	}
 	if o.real {
-		if _, err := compress.New(compress.Config{TempDir: tb.TempDir(), Limits: o.realLimits, Logger: quiet}, compress.Deps{Node: cn, Store: o.store}); err != nil {
+		if _, err := compress.New(compress.Config{TempDir: tb.TempDir(), Limits: o.realLimits, Workers: o.realWorkers, Logger: quiet}, compress.Deps{Node: cn, Store: o.store}); err != nil {
 			tb.Fatal(err)
 		}
 		f.compressNode = cn

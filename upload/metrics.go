@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		drained: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_drained_total",
 			Help: "Media moved from a buffer pool to the store."}, []string{"pool"}),
 		compress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_compress_total",
-			Help: "Compress attempts by outcome (ok, error; abandoned: the commit came first)."}, []string{"outcome"}),
+			Help: "Compress attempts by outcome (ok, error; not_started: a commit's first ask found no worker free; abandoned: the commit came first)."}, []string{"outcome"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_failed_total",
 			Help: "Media moved to the dead-letter state failed, by reason (compress refused the bytes for good)."}, []string{"reason"}),
 		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "willow_upload_pool_compactions_total",

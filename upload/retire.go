@@ -148,7 +148,7 @@ func (s *Server) Retire(ctx context.Context) (RetireReport, error) {
 			continue // another front's hand-over: leave it to the others
 		}
 		if ctx.Err() == nil {
-			if _, err := s.runJob(ctx, j); err == nil {
+			if _, err := s.runJob(ctx, j, nil); err == nil {
 				rep.JobsDone++
 				continue
 			}

@@ -368,10 +368,13 @@ func (s *Server) duplicateOutcome(rec Record) Outcome {
 // commitSession verifies the upload key (size, SHA-256 when declared, the
 // image header), makes the raw bytes and the record durable in the store
 // or a pool, journals the compress job and only then returns; the first
-// compress attempt runs at once and its variants are in the outcome when it
-// finishes within Config.CommitWait (when wait is set: a transport whose
-// answer carries no variants, tus, does not wait). Committing a committed
-// upload returns its outcome with Duplicate set.
+// compress attempt runs at once and its variants are in the outcome when a
+// worker starts it at once and it finishes within Config.CommitWait (when
+// wait is set: a transport whose answer carries no variants, tus, does not
+// wait). A task that would queue for a worker is not waited for: the
+// outcome says processing and the task runs queued (the client polls the
+// media's status). Committing a committed upload returns its outcome with
+// Duplicate set.
 func (s *Server) commitSession(ctx context.Context, key string, wait bool) (Outcome, error) {
 	o, err := s.commitStaged(ctx, key, wait)
 	s.commits.count(err)
@@ -497,19 +500,27 @@ func (s *Server) commitStaged(ctx context.Context, key string, wait bool) (_ Out
 		unlock()
 		unlock = func() {}
 		// First compress attempt right away, detached from the caller; the
-		// journal retries it when it fails.
+		// journal retries it when it fails. The commit waits for it only
+		// while a worker runs it: a task that would queue (no worker slot
+		// free) is acknowledged processing at once and still runs, queued.
 		j := job{Key: key, MediaID: rec.ID, Business: rec.Business}
+		waitFor := wait && s.cfg.CommitWait > 0
 		done := make(chan *Record, 1)
+		queuedCh := make(chan struct{})
+		var queued func()
+		if waitFor {
+			queued = func() { close(queuedCh) } // callCompress calls it once at most
+		}
 		go func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CompressTimeout)
 			defer cancel()
-			r, err := s.runJob(cctx, j)
+			r, err := s.runJob(cctx, j, queued)
 			if err != nil {
 				r = nil
 			}
 			done <- r
 		}()
-		if wait && s.cfg.CommitWait > 0 {
+		if waitFor {
 			t := time.NewTimer(s.cfg.CommitWait)
 			defer t.Stop()
 			select {
@@ -520,6 +531,7 @@ func (s *Server) commitStaged(ctx context.Context, key string, wait bool) (_ Out
 					out.Variants = r.variantsProto()
 					out.State, out.Reason, out.Error = r.State, r.Reason, r.Error
 				}
+			case <-queuedCh:
 			case <-t.C:
 			case <-ctx.Done():
 			}

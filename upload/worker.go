@@ -67,7 +67,7 @@ func (s *Server) journalLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if _, err := s.runJob(ctx, j); err != nil {
+			if _, err := s.runJob(ctx, j, nil); err != nil {
 				j.Attempts++
 				if internalErr(err) {
 					j.Internal++
@@ -96,8 +96,25 @@ func (s *Server) journalLoop(ctx context.Context) {
 	}
 }
 
-// callCompress asks a compress worker, within CompressTimeout.
-func (s *Server) callCompress(ctx context.Context, business string, req *willowv1.CompressRequest) (*willowv1.CompressResponse, error) {
+// callCompress asks a compress worker, within CompressTimeout. With
+// queued set it first asks with start_now: a worker with no free slot
+// answers not_started at once, queued is called, and the task is asked
+// again, to queue (a commit stops waiting for a task that queues).
+func (s *Server) callCompress(ctx context.Context, business string, req *willowv1.CompressRequest, queued func()) (*willowv1.CompressResponse, error) {
+	if queued != nil {
+		req.StartNow = true
+		resp, err := s.askCompress(ctx, business, req)
+		req.StartNow = false
+		if err != nil || !resp.GetNotStarted() {
+			return resp, err
+		}
+		queued()
+	}
+	return s.askCompress(ctx, business, req)
+}
+
+// askCompress is one compress call of callCompress.
+func (s *Server) askCompress(ctx context.Context, business string, req *willowv1.CompressRequest) (*willowv1.CompressResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CompressTimeout)
 	defer cancel()
 	var resp *willowv1.CompressResponse
@@ -118,14 +135,20 @@ func (s *Server) callCompress(ctx context.Context, business string, req *willowv
 		s.m.compress.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("compress %s: %w", req.GetMediaId(), err)
 	}
-	s.m.compress.WithLabelValues("ok").Inc()
+	if resp.GetNotStarted() {
+		s.m.compress.WithLabelValues("not_started").Inc()
+	} else {
+		s.m.compress.WithLabelValues("ok").Inc()
+	}
 	return resp, nil
 }
 
 // runJob makes the variants of one media item wherever its raw is now and
 // removes the job. It returns the record with its variants when it made
 // them, nil when there was nothing to do; an error means retry later.
-func (s *Server) runJob(ctx context.Context, j job) (*Record, error) {
+// queued, when set, is called if the compress task queues for a worker
+// (callCompress); the job runs all the same.
+func (s *Server) runJob(ctx context.Context, j job, queued func()) (*Record, error) {
 	unlock := s.lock(j.Key)
 	defer unlock()
 	sctx, cancel := s.storeCtx(ctx)
@@ -137,7 +160,7 @@ func (s *Server) runJob(ctx context.Context, j job) (*Record, error) {
 	if ok {
 		if rec.State == StateProcessing {
 			resp, err := s.callCompress(ctx, rec.Business, &willowv1.CompressRequest{
-				MediaId: rec.ID, Kind: kindOf(rec.Kind), SourceKey: media.RawKey(j.Key), Business: rec.Business})
+				MediaId: rec.ID, Kind: kindOf(rec.Kind), SourceKey: media.RawKey(j.Key), Business: rec.Business}, queued)
 			if err != nil {
 				return s.compressFailed(ctx, j, rec, err)
 			}
@@ -157,7 +180,7 @@ func (s *Server) runJob(ctx context.Context, j job) (*Record, error) {
 	}
 	if p := s.pools[2]; p != nil {
 		if e, err := p.Stat(media.RawKey(j.Key)); err == nil {
-			return s.compressPool2(ctx, p, j, e)
+			return s.compressPool2(ctx, p, j, e, queued)
 		}
 	}
 	if p := s.pools[1]; p != nil {
@@ -172,7 +195,7 @@ func (s *Server) runJob(ctx context.Context, j job) (*Record, error) {
 
 // compressPool2 makes the variants of a pool-2 item from its bytes and
 // appends them to pool 2, so edge caches can read them at once.
-func (s *Server) compressPool2(ctx context.Context, p *buffer.Pool, j job, e buffer.Entry) (*Record, error) {
+func (s *Server) compressPool2(ctx context.Context, p *buffer.Pool, j job, e buffer.Entry, queued func()) (*Record, error) {
 	var rec Record
 	if err := json.Unmarshal(e.Meta, &rec); err != nil {
 		return nil, fmt.Errorf("pool2 record: %w", err)
@@ -194,7 +217,7 @@ func (s *Server) compressPool2(ctx context.Context, p *buffer.Pool, j job, e buf
 		return nil, fmt.Errorf("pool2 read: %w", err)
 	}
 	resp, err := s.callCompress(ctx, rec.Business, &willowv1.CompressRequest{
-		MediaId: rec.ID, Kind: kindOf(rec.Kind), Data: raw, ReturnData: true, Business: rec.Business})
+		MediaId: rec.ID, Kind: kindOf(rec.Kind), Data: raw, ReturnData: true, Business: rec.Business}, queued)
 	if err != nil {
 		return s.compressFailed(ctx, j, rec, err) // failed: the store record says so and the drain keeps it
 	}

@@ -33,7 +33,13 @@ type CompressRequest struct {
 	// store under "v/KEY/NAME".
 	ReturnData bool `protobuf:"varint,5,opt,name=return_data,json=returnData,proto3" json:"return_data,omitempty"`
 	// business selects the per-business limits (video duration).
-	Business      string `protobuf:"bytes,6,opt,name=business,proto3" json:"business,omitempty"`
+	Business string `protobuf:"bytes,6,opt,name=business,proto3" json:"business,omitempty"`
+	// start_now asks the worker to run the task only if a worker slot is
+	// free now: when every slot is busy it answers at once with not_started
+	// set, and nothing else done, instead of queueing the task. An upload
+	// front sets it on a commit's first attempt, so a commit whose task
+	// would queue is acknowledged without waiting for the queue.
+	StartNow      bool `protobuf:"varint,7,opt,name=start_now,json=startNow,proto3" json:"start_now,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -110,11 +116,21 @@ func (x *CompressRequest) GetBusiness() string {
 	return ""
 }
 
+func (x *CompressRequest) GetStartNow() bool {
+	if x != nil {
+		return x.StartNow
+	}
+	return false
+}
+
 type CompressResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Variants      []*Variant             `protobuf:"bytes,1,rep,name=variants,proto3" json:"variants,omitempty"`
-	CpuSeconds    float64                `protobuf:"fixed64,2,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
-	QueueMs       float64                `protobuf:"fixed64,3,opt,name=queue_ms,json=queueMs,proto3" json:"queue_ms,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Variants   []*Variant             `protobuf:"bytes,1,rep,name=variants,proto3" json:"variants,omitempty"`
+	CpuSeconds float64                `protobuf:"fixed64,2,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
+	QueueMs    float64                `protobuf:"fixed64,3,opt,name=queue_ms,json=queueMs,proto3" json:"queue_ms,omitempty"`
+	// not_started: start_now was set and no worker slot was free; the task
+	// was not run (no variants were made). Ask again without start_now.
+	NotStarted    bool `protobuf:"varint,4,opt,name=not_started,json=notStarted,proto3" json:"not_started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -170,11 +186,18 @@ func (x *CompressResponse) GetQueueMs() float64 {
 	return 0
 }
 
+func (x *CompressResponse) GetNotStarted() bool {
+	if x != nil {
+		return x.NotStarted
+	}
+	return false
+}
+
 var File_willow_v1_compress_proto protoreflect.FileDescriptor
 
 const file_willow_v1_compress_proto_rawDesc = "" +
 	"\n" +
-	"\x18willow/v1/compress.proto\x12\twillow.v1\x1a\x16willow/v1/common.proto\"\xc1\x01\n" +
+	"\x18willow/v1/compress.proto\x12\twillow.v1\x1a\x16willow/v1/common.proto\"\xde\x01\n" +
 	"\x0fCompressRequest\x12\x19\n" +
 	"\bmedia_id\x18\x01 \x01(\tR\amediaId\x12#\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x0f.willow.v1.KindR\x04kind\x12\x1d\n" +
@@ -183,12 +206,15 @@ const file_willow_v1_compress_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x1f\n" +
 	"\vreturn_data\x18\x05 \x01(\bR\n" +
 	"returnData\x12\x1a\n" +
-	"\bbusiness\x18\x06 \x01(\tR\bbusiness\"~\n" +
+	"\bbusiness\x18\x06 \x01(\tR\bbusiness\x12\x1b\n" +
+	"\tstart_now\x18\a \x01(\bR\bstartNow\"\x9f\x01\n" +
 	"\x10CompressResponse\x12.\n" +
 	"\bvariants\x18\x01 \x03(\v2\x12.willow.v1.VariantR\bvariants\x12\x1f\n" +
 	"\vcpu_seconds\x18\x02 \x01(\x01R\n" +
 	"cpuSeconds\x12\x19\n" +
-	"\bqueue_ms\x18\x03 \x01(\x01R\aqueueMs2O\n" +
+	"\bqueue_ms\x18\x03 \x01(\x01R\aqueueMs\x12\x1f\n" +
+	"\vnot_started\x18\x04 \x01(\bR\n" +
+	"notStarted2O\n" +
 	"\bCompress\x12C\n" +
 	"\bCompress\x12\x1a.willow.v1.CompressRequest\x1a\x1b.willow.v1.CompressResponseB!Z\x1fwillow/proto/willow/v1;willowv1b\x06proto3"
 
