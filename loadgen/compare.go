@@ -64,6 +64,11 @@ func WriteComparison(dir string, c Comparison) error {
 	row("downloads of variants not ready yet", func(r *Report) string { return fmt.Sprint(r.Totals.Download.NotReady) })
 	row("upload p99 ms", func(r *Report) string { return fmt.Sprintf("%.0f", r.Totals.Upload.P99Ms) })
 	row("download p99 ms", func(r *Report) string { return fmt.Sprintf("%.0f", r.Totals.Download.P99Ms) })
+	row("uploads acknowledged processing (no variants yet)", func(r *Report) string { return fmt.Sprint(r.Variants.Processing) })
+	row("variant-ready p50 / p99 / max ms (ack to a variant downloadable)", func(r *Report) string {
+		return fmt.Sprintf("%.0f / %.0f / %.0f", r.Variants.P50Ms, r.Variants.P99Ms, r.Variants.MaxMs)
+	})
+	row("variants not ready at the end", func(r *Report) string { return fmt.Sprint(r.Variants.NotReady) })
 	row("rejected", func(r *Report) string {
 		return fmt.Sprint(r.Totals.Upload.Rejected + r.Totals.Download.Rejected)
 	})

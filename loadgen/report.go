@@ -24,6 +24,10 @@ type Report struct {
 	// Cancelled says the run was cut short: its requests in flight were
 	// cancelled and nothing was verified (Lost and Pending are not known).
 	Cancelled bool `json:"cancelled,omitempty"`
+	// Variants is the acknowledged uploads' variant-ready latency,
+	// measured until VerifyTimeout after the run's verification began
+	// (variants.go).
+	Variants VariantStats `json:"variants"`
 }
 
 // maxErrorsPerSecond caps Second.Errors.
@@ -349,6 +353,9 @@ func (rep *Report) Write(dir string) error {
 func (rep *Report) markdown(w io.Writer, charts []string) {
 	fmt.Fprintf(w, "# Load report: %s (%s)\n\nStarted %s, ran %.0f s.\n\n", rep.Profile, rep.Mode, rep.Started.UTC().Format(time.RFC3339), rep.Duration)
 	fmt.Fprintf(w, "**Lost acknowledged uploads: %d** (pending in pool 1 at the end: %d)\n\n", rep.Totals.Lost, rep.Totals.Pending)
+	v := rep.Variants
+	fmt.Fprintf(w, "Variant-ready latency (acknowledgement to a variant downloadable, over %d acknowledged uploads, %d of them acknowledged processing and polled): p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d not ready at the end.\n\n",
+		v.Acked, v.Processing, v.P50Ms, v.P99Ms, v.MaxMs, v.NotReady)
 	fmt.Fprintln(w, "| phase | s | upload offered/s | admitted | ok | rejected | failed | p99 ms | download offered/s | ok | p99 ms | goodput/s |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range append(append([]Summary(nil), rep.Phases...), rep.Totals) {

@@ -74,7 +74,9 @@ type RunConfig struct {
 	// dropped by the generator. Default DefaultMaxOutstanding.
 	MaxOutstanding int
 	// VerifyTimeout bounds the end-of-run check that every acknowledged
-	// upload is downloadable; default DefaultVerifyTimeout.
+	// upload is downloadable, and the polls for the variants of uploads
+	// acknowledged processing (counted from the check's start); default
+	// DefaultVerifyTimeout.
 	VerifyTimeout time.Duration
 	// Progress receives live progress. On a terminal (TTY) one line is
 	// redrawn in place every second; otherwise a plain line is printed
@@ -93,9 +95,19 @@ type runner struct {
 	samples []sample
 	videos  []sample
 
-	mu      sync.Mutex // guards records, acks, events, gauges, level
+	mu      sync.Mutex // guards records, acks, ready, polled, notReady, events, gauges, level
 	records []record
 	acks    []acked
+	// ready holds the variant-ready latencies known (variants.go); polled
+	// counts the uploads acknowledged processing, notReady those still
+	// without a variant when polling ended.
+	ready    []time.Duration
+	polled   int
+	notReady int
+	// pollCtx ends the variant polls once the run is verified; polls
+	// tracks them.
+	pollCtx context.Context
+	polls   sync.WaitGroup
 	events  []Event
 	gauges  []Second
 	level   string
@@ -148,6 +160,9 @@ func Run(ctx context.Context, cfg RunConfig) (*Report, error) {
 	if st, err := cfg.Target.Master.GetFlex(ctx, &willowv1.GetFlexRequest{}); err == nil {
 		r.level = st.GetLevel()
 	}
+	pollCtx, stopPolls := context.WithCancel(ctx)
+	defer stopPolls()
+	r.pollCtx = pollCtx
 	r.start = time.Now()
 	// Arrivals, actions and observation stop at the profile's end; the
 	// requests they started run on under ctx until they answer.
@@ -168,7 +183,24 @@ func Run(ctx context.Context, cfg RunConfig) (*Report, error) {
 		rep.Cancelled = true
 		return rep, ctx.Err()
 	}
+	deadline := time.Now().Add(cfg.VerifyTimeout)
 	lost, pending := r.verify(ctx)
 	rep.Totals.Lost, rep.Totals.Pending = lost, pending
+	// The variant polls get as long as the verification did: an upload
+	// with no variant then counts as not ready.
+	polled := make(chan struct{})
+	go func() { r.polls.Wait(); close(polled) }()
+	t := time.NewTimer(time.Until(deadline))
+	select {
+	case <-polled:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	stopPolls()
+	<-polled
+	r.mu.Lock()
+	rep.Variants = r.variantStats()
+	r.mu.Unlock()
 	return rep, ctx.Err()
 }

@@ -295,9 +295,23 @@ func (r *runner) upload(run context.Context, sec int, ph *Phase) {
 	r.add(rec)
 	if err == nil {
 		sum := sha256.Sum256(s.Photo)
+		a := acked{id: res.ID, sha: hex.EncodeToString(sum[:]), video: s.Video, user: user, business: business}
 		r.mu.Lock()
-		r.acks = append(r.acks, acked{id: res.ID, sha: hex.EncodeToString(sum[:]), video: s.Video, user: user, business: business})
+		r.acks = append(r.acks, a)
+		processing := len(res.Variants) == 0
+		if processing {
+			r.polled++
+			r.polls.Add(1)
+		} else {
+			r.ready = append(r.ready, 0)
+		}
 		r.mu.Unlock()
+		if processing {
+			go func() {
+				defer r.polls.Done()
+				r.awaitVariants(a, time.Now(), res.Location == "pool1")
+			}()
+		}
 	}
 }
 

@@ -101,10 +101,13 @@ func writeAutoResult(w io.Writer, dir string, rep *loadgen.Report, steps []autoF
 		UploadsOK   int64          `json:"uploads_ok"`
 		UploadP99Ms float64        `json:"upload_p99_ms"`
 		Lost        int64          `json:"lost"`
+		VariantP99  float64        `json:"variant_ready_p99_ms"`
+		NotReady    int64          `json:"variants_not_ready"`
 		Levels      []string       `json:"levels"`
 		Steps       []autoFlexStep `json:"auto_flex_steps"`
 	}{filepath.Join(dir, "report.md"), round2(rep.Totals.GoodputPerS), int64(rep.Totals.Upload.Succeeded),
-		round2(rep.Totals.Upload.P99Ms), int64(rep.Totals.Lost), levelsOf(steps), steps})
+		round2(rep.Totals.Upload.P99Ms), int64(rep.Totals.Lost), round2(rep.Variants.P99Ms), int64(rep.Variants.NotReady),
+		levelsOf(steps), steps})
 	if err != nil {
 		return err
 	}
@@ -127,6 +130,14 @@ func writeAutoComparison(w io.Writer, dir string, scripted, auto *loadgen.Report
 		GoodputPerS float64 `json:"goodput_per_s"`
 		UploadP99Ms float64 `json:"upload_p99_ms"`
 		Lost        int64   `json:"lost"`
+		// VariantP99 is ack to a variant downloadable (loadgen
+		// VariantStats); NotReady the uploads with none at the end.
+		VariantP99 float64 `json:"variant_ready_p99_ms"`
+		NotReady   int64   `json:"variants_not_ready"`
+	}
+	runOf := func(r *loadgen.Report) run {
+		return run{round2(r.Totals.GoodputPerS), round2(r.Totals.Upload.P99Ms), int64(r.Totals.Lost),
+			round2(r.Variants.P99Ms), int64(r.Variants.NotReady)}
 	}
 	ratio := func(a, b float64) float64 {
 		if b == 0 {
@@ -143,8 +154,7 @@ func writeAutoComparison(w io.Writer, dir string, scripted, auto *loadgen.Report
 		Levels       []string       `json:"levels"`
 		Steps        []autoFlexStep `json:"auto_flex_steps"`
 	}{filepath.Join(dir, "report.md"),
-		run{round2(scripted.Totals.GoodputPerS), round2(scripted.Totals.Upload.P99Ms), int64(scripted.Totals.Lost)},
-		run{round2(auto.Totals.GoodputPerS), round2(auto.Totals.Upload.P99Ms), int64(auto.Totals.Lost)},
+		runOf(scripted), runOf(auto),
 		ratio(auto.Totals.GoodputPerS, scripted.Totals.GoodputPerS), ratio(auto.Totals.Upload.P99Ms, scripted.Totals.Upload.P99Ms),
 		levelsOf(steps), steps})
 	if err != nil {
