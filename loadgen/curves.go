@@ -24,16 +24,17 @@ type fanoutPoint struct {
 // fanoutCurve by Redis deployment: "server" (one redis-server) and
 // "cluster" (3 masters), for followers whose inboxes are full (MaxInbox
 // items each, the steady state of a feed: BenchmarkTimelineFanout's
-// inbox=full rows, ratio 0): session 8's full matrix, one run at load
-// 1.0-1.7, 2026-12-02 01:26 UTC (BENCHMARKS.md "Session 8: full
-// inboxes"; the repeats of the F=5000 rows at load 2.3-3.9 gave server
-// p50 54-66 / p99 65-85 ms and cluster p50 48-56 / p99 65-67 ms).
+// inbox=full rows, ratio 0), with list inboxes: session 9, 2026-12-02
+// (BENCHMARKS.md "Session 9: list inboxes"): F = 10-1000 one run at 05:19
+// UTC, load 0.9-1.0; F = 5000 the median of three A/B rounds on one
+// server (04:49-04:51, load 1.0-1.4; p99 30.8-32.5 ms) and the slower of
+// two on the cluster (05:12, load 0.8-1.4; p99 44.5 / 53.0 ms).
 var fanoutCurve = map[string][]fanoutPoint{
 	"server": {
-		{10, 0.80, 2.4, 4.2}, {100, 1.5, 2.2, 4.2}, {1000, 11.8, 17.2, 5.3}, {5000, 65.0, 84.2, 10.5},
+		{10, 0.72, 1.15, 4.2}, {100, 1.09, 1.31, 4.2}, {1000, 6.2, 7.8, 5.2}, {5000, 27.0, 31.9, 10.3},
 	},
 	"cluster": {
-		{10, 0.87, 1.1, 6.8}, {100, 1.8, 2.2, 6.8}, {1000, 11.4, 15.4, 8.0}, {5000, 60.4, 70.6, 21.3},
+		{10, 0.74, 0.86, 6.8}, {100, 1.67, 3.46, 6.8}, {1000, 12.9, 17.2, 7.9}, {5000, 44.2, 53.0, 21.1},
 	},
 }
 

@@ -9,10 +9,16 @@
 //
 //	f:AUTHOR          set     followers of AUTHOR
 //	p:AUTHOR POST     hash    the post: media IDs, posted-at, publish outcome
-//	in:{USER}         zset    USER's inbox; member "AUTHOR POST", score = delivery sequence
+//	in:{USER}         list    USER's inbox, oldest first; items "SEQ AUTHOR POST",
+//	                          SEQ = delivery sequence (a zset there, member
+//	                          "AUTHOR POST" scored by SEQ, is an inbox from before
+//	                          lists: written as before, turned into a list by Poll)
 //	h:{USER}          zset    USER's held items, score = hold sequence (publish order)
 //	sq:{SLOT}         string  the sequence counter of the users of one cluster slot
 //	                          (one server: {PREFIX}sq); SLOT is a tag of that slot's own
+//	dm:{SLOT}         zset    the slot's duplicate marks: posts a publish that was not
+//	                          the first ran for, scored by time (ms), kept a day
+//	                          (one server: {PREFIX}dm)
 //	{PREFIX}sh        string  one server only: the held count, at least the items the
 //	                          held sets hold
 //	{PREFIX}hu        zset    held users, score = the user's stable hash in [0,1)
@@ -40,14 +46,20 @@
 //     same Lua script that makes it visible, so an item released later is
 //     never "in the past" of a cursor: nothing is skipped and nothing is
 //     returned twice. (The counter is per slot, not per inbox, so a
-//     publish reads no inbox for its newest score.)
+//     publish reads no inbox for its newest score.) The inbox list is in
+//     sequence order, so Poll finds the cursor by binary search.
 //   - An inbox keeps the newest MaxInbox items: a release trims it
 //     exactly, a delivery on about one time in 16 (so no delivery pays
 //     for a trim it does not need), so between trims an inbox holds up
 //     to about 15 items more; Poll reads among the newest MaxInbox only.
 //   - Publish is idempotent per (author, post ID): a retry, or a concurrent
 //     duplicate, yields one item per inbox; the first publish's media and
-//     time win.
+//     time win. A list does not refuse a repeat, so a publish that is not
+//     the first of its post (its post record existed) looks through each
+//     inbox before adding, and marks the post in the slot's duplicate
+//     marks first; the first publish asks the marks once a script and
+//     looks only when marked (deliverGroup): the scripts of one slot run
+//     one at a time, so the second to reach a user sees the other's item.
 //   - A user is delayed when the cluster's user hash (node.UserHash,
 //     shedding.UserHash.InRatio) puts them among the timeline_delay_ratio
 //     of least priority this hour: the same users shed_ratio sheds at the
@@ -88,12 +100,18 @@
 //     that fails midway on a slot migrating under it (its users are
 //     redone and found already held).
 //   - A first publish of a post (its record was new) holds a delayed
-//     user's item without asking whether the inbox has it: no inbox can.
-//     A retried or concurrent duplicate publish asks. (Should a duplicate
-//     running under a higher delay ratio still hold an item the other
-//     delivered, the release's ZADD NX finds it already in the inbox: the
-//     user sees it once; only their later items wait behind it for the
-//     release.)
+//     user's item without asking whether the inbox has it, unless the
+//     slot's marks hold the post. A retried or concurrent duplicate
+//     publish asks. So no publish leaves one post both held and in an
+//     inbox, and a release adds to a list without asking it.
+//   - Upgrading from sorted-set inboxes needs no migration step: a
+//     publish or release finds the old inbox by RPUSH's WRONGTYPE and adds
+//     to it with ZADD NX as before (at the old cost); the user's first
+//     Poll turns it into a list (its members in score order, trimmed),
+//     cursors unchanged (the scores are the sequence numbers). While old
+//     and new services run side by side, an old one's ZADD on a list
+//     fails (WRONGTYPE: UNAVAILABLE redis, the publish retried) and an
+//     old Poll of a list fails likewise: upgrade all services together.
 //
 // Errors: RPCs return INVALID_ARGUMENT with reason bad_request (empty or
 // malformed IDs) or bad_cursor, and UNAVAILABLE with reason redis when

@@ -116,11 +116,11 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 }
 
 // group is one script's worth of one slot's users: the slot's sequence
-// counter and held count ("" on a cluster: none), and the users (indices
-// into the targets), held users last.
+// counter, duplicate marks and held count ("" on a cluster: none), and
+// the users (indices into the targets), held users last.
 type group struct {
-	seq, held string
-	users     []int
+	seq, dm, held string
+	users         []int
 }
 
 // groups splits ts (or the targets only, when given) by slot, in order of
@@ -136,10 +136,10 @@ func (s *Server) groups(ts []target, only ...int) []group {
 	var gs []group
 	for _, in := range s.bySlot(idx, func(i int) string { return ts[i].user }) {
 		slot := s.slotOf(ts[in[0]].user)
-		seq, held := s.seq(slot), s.slotHeld(slot)
+		seq, dm, held := s.seq(slot), s.dupMarks(slot), s.slotHeld(slot)
 		for len(in) > 0 {
 			n := min(len(in), s.cfg.FanoutBatch)
-			g := group{seq: seq, held: held, users: make([]int, 0, n)}
+			g := group{seq: seq, dm: dm, held: held, users: make([]int, 0, n)}
 			for _, i := range in[:n] {
 				if ts[i].mode != "h" {
 					g.users = append(g.users, i)
@@ -179,8 +179,8 @@ func (s *Server) appendGroup(args []any, g group, ts []target) []any {
 // slotCall is publishScript's call for g.
 func (s *Server) slotCall(r, first string, g group, ts []target) scriptCall {
 	kv := s.appendGroup(make([]any, 0, 2+2*len(g.users)), g, ts)
-	keys := make([]string, 0, len(kv))
-	keys = append(keys, g.seq)
+	keys := make([]string, 0, len(kv)+1)
+	keys = append(keys, g.seq, g.dm)
 	counted := "0"
 	if g.held != "" {
 		keys = append(keys, g.held)

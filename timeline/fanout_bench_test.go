@@ -213,23 +213,23 @@ func addFollowers(b *testing.B, rdb redis.UniversalClient, author string, f int)
 }
 
 // fillInboxes gives each of the f followers addFollowers made an inbox of
-// n items, as a long-running feed has (n = MaxInbox: full): members
-// "user-J pJ" (other authors' posts, the size of a real ref) with scores
-// 1..n, below any sequence number a publish hands out. One inbox is built
-// with ZADD and copied to the others with DUMP and RESTORE, pipelined
-// (1000 keys a pipeline); then every inbox's ZCARD is checked, so a seed
-// that fell short fails the benchmark instead of measuring small inboxes.
-// On an append-only server it then rewrites the AOF and waits for the
-// rewrite to end, so the one the seed's volume triggers does not run
-// during the measurement.
+// n items, as a long-running feed has (n = MaxInbox: full): items
+// "J user-K pJ" (other authors' posts, the size of a real ref) with
+// sequence numbers J = 1..n, below any a publish hands out. One inbox is
+// built with RPUSH and copied to the others with DUMP and RESTORE,
+// pipelined (1000 keys a pipeline); then every inbox's LLEN is checked,
+// so a seed that fell short fails the benchmark instead of measuring
+// small inboxes. On an append-only server it then rewrites the AOF and
+// waits for the rewrite to end, so the one the seed's volume triggers
+// does not run during the measurement.
 func fillInboxes(b *testing.B, rdb redis.UniversalClient, f, n int) {
 	ctx := context.Background()
 	inbox := func(i int) string { return fmt.Sprintf("willow:tl:in:{user-%d}", i) }
-	items := make([]redis.Z, n)
+	items := make([]any, n)
 	for j := range items {
-		items[j] = redis.Z{Score: float64(j + 1), Member: fmt.Sprintf("user-%d p%d", 10000+j%500, 1000000+j)}
+		items[j] = fmt.Sprintf("%d user-%d p%d", j+1, 10000+j%500, 1000000+j)
 	}
-	if err := rdb.ZAdd(ctx, inbox(0), items...).Err(); err != nil {
+	if err := rdb.RPush(ctx, inbox(0), items...).Err(); err != nil {
 		b.Fatal(err)
 	}
 	blob, err := rdb.Dump(ctx, inbox(0)).Result()
@@ -247,16 +247,16 @@ func fillInboxes(b *testing.B, rdb redis.UniversalClient, f, n int) {
 		}
 	}
 	for a := 0; a < f; a += 1000 {
-		var cards []*redis.IntCmd
+		var lens []*redis.IntCmd
 		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := a; i < min(f, a+1000); i++ {
-				cards = append(cards, p.ZCard(ctx, inbox(i)))
+				lens = append(lens, p.LLen(ctx, inbox(i)))
 			}
 			return nil
 		}); err != nil {
 			b.Fatal(err)
 		}
-		for k, c := range cards {
+		for k, c := range lens {
 			if c.Val() != int64(n) {
 				b.Fatalf("inbox of user-%d holds %d items after the seed, want %d", a+k, c.Val(), n)
 			}
@@ -286,8 +286,8 @@ func fillInboxes(b *testing.B, rdb redis.UniversalClient, f, n int) {
 // delay ratio 0 and 0.5 (release paused), on one redis-server and on a
 // real 3-master Redis Cluster, over gRPC, to followers whose inboxes are
 // empty before the run (inbox=small: they hold at most the run's ~21
-// items, listpack-encoded) or full (inbox=full: MaxInbox items each,
-// skiplists, as in a feed that has run a while; fillInboxes). Reported
+// items, one listpack) or full (inbox=full: MaxInbox items each,
+// as in a feed that has run a while; fillInboxes). Reported
 // per publish: p50/p99 latency, Redis round trips and bytes, items held,
 // Redis memory growth, and CPU: the redis-server processes' (INFO cpu)
 // and this process's (the service and its client), which a loaded
@@ -396,9 +396,10 @@ func benchFanout(b *testing.B, kind string, f int, ratio float64, full bool) {
 	b.ReportMetric(float64(gcpu.Microseconds())/n/1000, "go-cpu-ms/op")
 }
 
-// BenchmarkTimelineRelease holds one post for half of 5000 followers,
-// then releases the backlog at timeline_release_per_s = 2000 and reports
-// the time it took and the measured rate against the cap.
+// BenchmarkTimelineRelease holds one post for half of 5000 followers
+// whose inboxes are full (fillInboxes), then releases the backlog at
+// timeline_release_per_s = 2000 and reports the time it took and the
+// measured rate against the cap.
 func BenchmarkTimelineRelease(b *testing.B) {
 	const f, rate = 5000, 2000.0
 	for _, kind := range testenv.RedisKinds {
@@ -408,6 +409,7 @@ func BenchmarkTimelineRelease(b *testing.B) {
 				rdb := r.Client(b)
 				c, n := startBenchTimeline(b, rdb, 0.5, 0)
 				addFollowers(b, rdb, "star", f)
+				fillInboxes(b, rdb, f, timeline.DefaultMaxInbox)
 				ctx := context.Background()
 				resp, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: "p"})
 				if err != nil {

@@ -77,6 +77,18 @@ func (s *Server) seq(slot int) string {
 	return s.rk.prefix + "sq:{" + slotTag(slot) + "}"
 }
 
+// dupMarks are the duplicate marks of the users of slot (deliverGroup):
+// the posts a publish that was not the first ran for lately. On one
+// server a shared key; on a cluster nodeScript names it from the slot's
+// counter (prefix "dm:" and the counter's hash tag): change both
+// together.
+func (s *Server) dupMarks(slot int) string {
+	if !s.cluster {
+		return s.rk.global + "dm"
+	}
+	return s.rk.prefix + "dm:{" + slotTag(slot) + "}"
+}
+
 // slotHeld is the held count of the users of slot on one server: the
 // items their held sets hold, or more (see the package doc). A Redis
 // Cluster keeps none (publishScript says why): "".

@@ -12,18 +12,20 @@ import "github.com/redis/go-redis/v9"
 
 // publishScript delivers or holds one post for a batch of users.
 //
-// KEYS: the slot's sequence counter, its held count (one server only:
-// a Redis Cluster keeps none, see below), then the n users' inboxes,
-// then the held sets of the users to hold (mode "h", who come last). ARGV: ref ("AUTHOR POST"), max inbox, the sequence floor (the
-// caller's clock in µs), the users' modes as one string of n letters:
-// "a" the author (always delivered), "d" deliver (unless the user has a
-// backlog), "h" hold; ARGV[5] "1": a first publish (the post record was
-// new), so no user's inbox can hold the post yet and a held user's inbox
-// is not asked; ARGV[6] the key prefix (Config.KeyPrefix), from which
-// the script names the other users' held sets (same hash tag as their
-// inbox: the same slot); ARGV[7] "1": KEYS[2] is the held count.
-// Returns one digit per user, as one string: 0 delivered, 1 already
-// delivered, 2 held, 3 already held.
+// KEYS: the slot's sequence counter, its duplicate marks (dupMarks), its
+// held count (one server only: a Redis Cluster keeps none, see below),
+// then the n users' inboxes, then the held sets of the users to hold
+// (mode "h", who come last). ARGV: ref ("AUTHOR POST"), max inbox, the
+// sequence floor (the caller's clock in µs), the users' modes as one
+// string of n letters: "a" the author (always delivered), "d" deliver
+// (unless the user has a backlog), "h" hold; ARGV[5] "1": a first
+// publish (the post record was new), so no user's inbox can hold the
+// post yet unless a duplicate publish marked it (see deliverGroup) and
+// the inboxes are not asked; ARGV[6] the key prefix (Config.KeyPrefix),
+// from which the script names the other users' held sets (same hash tag
+// as their inbox: the same slot); ARGV[7] "1": KEYS[3] is the held
+// count. Returns one digit per user, as one string: 0 delivered, 1
+// already delivered, 2 held, 3 already held.
 //
 // It is the publish's cost per follower, so it issues as few commands as
 // it can, and its arguments and reply are a few bytes a user. Every item
@@ -31,25 +33,27 @@ import "github.com/redis/go-redis/v9"
 // sequence number (one INCR of the counter a script), so no user's set
 // is read for its newest score; it is formatted once a script (a Lua
 // number passed to a command is formatted at each call, ~10% of the
-// script's time at 5000 followers). The backlog check (does a user to
-// deliver to hold items?) is skipped while the slot's held count is 0,
-// the common case on one server: then a follower costs one ZADD NX on
-// its inbox (which also tells a repeat) and one key argument. Otherwise
-// (the count is above 0, missing, or not kept) it runs EXISTS on the
-// held sets 50 users at a time, and only a group with some backlog asks
-// each user. A Redis Cluster keeps no held count: its scripts carry the
-// users of one slot (~1.2 of 5000 followers), for whom one EXISTS costs
-// what reading and raising a count would. A held
-// follower costs one ZADD NX to its held set (and, on a retried publish,
-// a ZSCORE of its inbox first). The inbox is trimmed to max inbox on
-// about one delivery in 16 ((seq + i) % 16 == 0), so it runs a few items
-// over between trims. A user holding items gets new ones held too, so
-// posts reach the inbox in publish order.
+// script's time at 5000 followers), and so is the inbox item
+// ("SEQ AUTHOR POST"). The backlog check (does a user to deliver to
+// hold items?) is skipped while the slot's held count is 0, the common
+// case on one server: then a follower on a first publish costs one
+// RPUSH on its inbox and one key argument (a list's tail: no skiplist
+// or dict to walk, about half a sorted set's ZADD in a full inbox).
+// Otherwise (the count is above 0, missing, or not kept) it runs EXISTS
+// on the held sets 50 users at a time, and only a group with some
+// backlog asks each user. A Redis Cluster keeps no held count: its
+// scripts carry the users of one slot (~1.2 of 5000 followers), for
+// whom one EXISTS costs what reading and raising a count would. A held
+// follower costs one ZADD NX to its held set (and, on a retried
+// publish, a look through its inbox first). The inbox is trimmed to max
+// inbox on about one delivery in 16 ((seq + i) % 16 == 0), so it runs a
+// few items over between trims. A user holding items gets new ones held
+// too, so posts reach the inbox in publish order.
 var publishScript = redis.NewScript(deliverGroup + `
 local out = {}
-local hn, ib = false, 1
-if ARGV[7] == '1' then hn, ib = KEYS[2], 2 end
-local err = deliverGroup(KEYS, 1, hn, ib, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], out)
+local hn, ib = false, 2
+if ARGV[7] == '1' then hn, ib = KEYS[3], 3 end
+local err = deliverGroup(KEYS, 1, KEYS[2], hn, ib, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], out)
 if err then return err end
 return table.concat(out)
 `)
@@ -74,31 +78,49 @@ return table.concat(out)
 // KEYS: one counter (routing only). ARGV: ref, max inbox, floor, fresh,
 // key prefix (as publishScript's), then for each slot's users: the
 // slot's counter, their modes (as publishScript's, held users last),
-// their inboxes, the held sets of the users to hold.
+// their inboxes, the held sets of the users to hold. A slot's duplicate
+// marks are named from its counter (Server.dupMarks: prefix .. 'dm:'
+// and the counter's hash tag).
 // Returns one digit per user, in ARGV order, up to the first slot it
 // could not reach.
 var nodeScript = redis.NewScript(deliverGroup + `
 local ref, maxInbox, floor, fresh, prefix = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5]
 local out = {}
 local at = 6
+local dpre, cut = prefix .. 'dm:', #prefix + 4
 while at <= #ARGV do
   local modes = ARGV[at + 1]
   local n = #modes
   local nh = n - ((string.find(modes, 'h', 1, true) or (n + 1)) - 1)
-  if deliverGroup(ARGV, at, false, at + 1, modes, ref, maxInbox, floor, fresh, prefix, out) then break end
+  if deliverGroup(ARGV, at, dpre .. string.sub(ARGV[at], cut), false, at + 1, modes, ref, maxInbox, floor, fresh, prefix, out) then break end
   at = at + 2 + n + nh
 end
 return table.concat(out)
 `)
 
 // deliverGroup is the body of publishScript and nodeScript: one slot's
-// users. keys[k] is the slot's counter, hn the name of its held count
-// (false: none kept), keys[ib+i] user i's inbox, and for the nh users to hold (the last,
-// i > n - nh) keys[ib+n+i-(n-nh)] their held set (n = #modes). The other
-// users' held sets are named from their inbox: prefix .. 'h:' and the
-// inbox key's hash tag. It appends one code a user to out and returns
-// nil, or the error of the counter's INCR (the first command on the
-// slot) having written nothing.
+// users. keys[k] is the slot's counter, dm its duplicate marks, hn the
+// name of its held count (false: none kept), keys[ib+i] user i's inbox,
+// and for the nh users to hold (the last, i > n - nh) keys[ib+n+i-(n-nh)]
+// their held set (n = #modes). The other users' held sets are named from
+// their inbox: prefix .. 'h:' and the inbox key's hash tag. It appends
+// one code a user to out and returns nil, or the error of the counter's
+// INCR (the first command on the slot) having written nothing.
+//
+// An inbox is a list of "SEQ AUTHOR POST", oldest first; a sorted set
+// there (member "AUTHOR POST", score SEQ) is an inbox written before
+// lists, which the RPUSH finds by its WRONGTYPE error: the item goes to
+// it with ZADD NX as before (Poll turns it into a list, pollScript).
+// A list does not refuse a repeat as ZADD NX did, so a publish that is
+// not a first one (fresh false) looks through the inbox (inboxHas)
+// before adding, and a first one need not: no other publish of the post
+// can have added it, unless a duplicate runs at the same time. That
+// duplicate marks the post in the slot's marks (a sorted set scored by
+// time, entries older than a day dropped) in each script before it
+// delivers, and a first publish's script asks the marks once: marked,
+// it looks through its users' inboxes as a duplicate does. The scripts
+// of one slot run one at a time, so whichever of the two reaches a user
+// second sees the other's item.
 //
 // The held count (see the package doc) is created with the counter, at
 // 0: a counter that answers 1 was missing, so the slot has had no
@@ -107,8 +129,8 @@ return table.concat(out)
 // lowered afterwards by those it did not, so a call that fails midway
 // leaves it high, never low. A missing count is left missing (and the
 // held sets asked).
-const deliverGroup = `
-local function deliverGroup(keys, k, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, out)
+const deliverGroup = inboxHas + `
+local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, out)
   local seq = redis.pcall('INCR', keys[k])
   if type(seq) == 'table' then return seq end
   if seq == 1 then
@@ -117,6 +139,14 @@ local function deliverGroup(keys, k, hn, ib, modes, ref, maxInbox, floor, fresh,
     if hn then redis.call('SET', hn, 0, 'NX') end
   end
   local score = string.format('%.0f', seq)
+  local item = score .. ' ' .. ref
+  if not fresh then
+    local ms = math.floor(floor / 1000)
+    redis.call('ZADD', dm, ms, ref)
+    redis.call('ZREMRANGEBYSCORE', dm, '-inf', ms - 86400000)
+  elseif redis.call('ZSCORE', dm, ref) then
+    fresh = false
+  end
   local count = nil
   if hn then count = tonumber(redis.call('GET', hn)) end
   local n = #modes
@@ -149,17 +179,26 @@ local function deliverGroup(keys, k, hn, ib, modes, ref, maxInbox, floor, fresh,
   for i = 1, n do
     local inbox, m, c = keys[ib + i], byte(modes, i)
     if m ~= 104 and not (backlog[i] and (m ~= 97 or redis.call('ZSCORE', hkeys[i], ref))) then
-      if redis.call('ZADD', inbox, 'NX', score, ref) == 0 then
+      if not fresh and inboxHas(inbox, ref) then
         c = '1'
       else
-        if maxInbox > 0 and (seq + i) % 16 == 0 then
-          redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1))
+        local trim = maxInbox > 0 and (seq + i) % 16 == 0
+        local r = redis.pcall('RPUSH', inbox, item)
+        if type(r) ~= 'table' then
+          if trim then redis.call('LTRIM', inbox, -maxInbox, -1) end
+          c = '0'
+        elseif not string.find(r.err, 'WRONGTYPE', 1, true) then
+          error(r.err)
+        elseif redis.call('ZADD', inbox, 'NX', score, ref) == 0 then
+          c = '1'
+        else
+          if trim then redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1)) end
+          c = '0'
         end
-        c = '0'
       end
     elseif m == 97 then
       c = '3'
-    elseif not fresh and redis.call('ZSCORE', inbox, ref) then
+    elseif not fresh and inboxHas(inbox, ref) then
       c = '1'
     elseif redis.call('ZADD', hkeys[i], 'NX', score, ref) == 0 then
       c = '3'
@@ -170,6 +209,27 @@ local function deliverGroup(keys, k, hn, ib, modes, ref, maxInbox, floor, fresh,
     out[#out + 1] = c
   end
   if count and may > added then redis.call('DECRBY', hn, may - added) end
+end
+`
+
+// inboxHas tells whether inbox holds ref: a list's items are searched
+// from the newest, 100 at a time (a retried publish finds the items of
+// the first attempt among the newest); a sorted set (an inbox from
+// before lists) is asked with ZSCORE. Only a publish that is not a
+// first one pays for it (deliverGroup).
+const inboxHas = `
+local function inboxHas(inbox, ref)
+  local len = redis.pcall('LLEN', inbox)
+  if type(len) == 'table' then return redis.call('ZSCORE', inbox, ref) ~= false end
+  local sub, n = string.sub, #ref
+  for hi = -1, -len, -100 do
+    local page = redis.call('LRANGE', inbox, math.max(-len, hi - 99), hi)
+    for j = #page, 1, -1 do
+      local e = page[j]
+      if sub(e, -n) == ref and sub(e, -n - 1, -n - 1) == ' ' then return true end
+    end
+  end
+  return false
 end
 `
 
@@ -246,13 +306,15 @@ return out
 // KEYS: the slot's sequence counter, its held count (one server only),
 // then inbox, held for each user. ARGV: max inbox, the sequence floor
 // (as publishScript's), "1" when KEYS[2] is the held count, then one
-// quota per user. Each released item gets a
-// fresh inbox score from the slot's counter (a user's items in hold
-// order), so it lands after every cursor handed out; the inbox is
-// trimmed to max inbox; the held count (when it exists) is lowered by
-// the items taken from the held sets. Returns three values per user:
-// items moved, items still held, the ref of the oldest still held (""
-// when none).
+// quota per user. Each released item gets a fresh sequence number from
+// the slot's counter (a user's items in hold order), so it lands after
+// every cursor handed out; the inbox is trimmed to max inbox; the held
+// count (when it exists) is lowered by the items taken from the held
+// sets. An inbox from before lists (a sorted set) gets its items with
+// ZADD NX, as before. A list inbox is not asked whether it has an item
+// already: no publish both delivers and holds one post for a user
+// (deliverGroup's marks). Returns three values per user: items moved,
+// items still held, the ref of the oldest still held ("" when none).
 var moveScript = redis.NewScript(nextSeq + `
 local maxInbox = tonumber(ARGV[1])
 local base = nextSeq(tonumber(ARGV[2]))
@@ -266,19 +328,29 @@ for i = 1, (#KEYS - 1 - at) / 2 do
   local moved = 0
   local refs = redis.call('ZRANGE', hk, 0, q - 1)
   if #refs > 0 then
-    local seq = base
-    for _, ref in ipairs(refs) do
-      if redis.call('ZADD', inbox, 'NX', seq, ref) == 1 then
-        seq = seq + 1
+    local items = {}
+    for j, ref in ipairs(refs) do items[j] = string.format('%.0f', base + j - 1) .. ' ' .. ref end
+    local seq = base + #refs
+    local r = redis.pcall('RPUSH', inbox, unpack(items))
+    if type(r) ~= 'table' then
+      if maxInbox > 0 then redis.call('LTRIM', inbox, -maxInbox, -1) end
+    elseif not string.find(r.err, 'WRONGTYPE', 1, true) then
+      error(r.err)
+    else
+      seq = base
+      for _, ref in ipairs(refs) do
+        if redis.call('ZADD', inbox, 'NX', seq, ref) == 1 then
+          seq = seq + 1
+        end
       end
-      moved = moved + 1
+      if maxInbox > 0 then
+        redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1))
+      end
     end
+    moved = #refs
     if seq - 1 > top then top = seq - 1 end
     redis.call('ZREMRANGEBYRANK', hk, 0, #refs - 1)
     taken = taken + #refs
-    if maxInbox > 0 then
-      redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1))
-    end
   end
   local left = redis.call('ZCARD', hk)
   local head = ''
@@ -296,15 +368,41 @@ return out
 // its newest max inbox only (a delivery trims the inbox lazily, so it
 // may hold a few older ones that a poll never shows).
 //
-// KEYS: inbox. ARGV: cursor (a score, as digits), limit, max inbox.
-// Returns member, score pairs (ZRANGEBYSCORE ... WITHSCORES). Scores stay
-// strings: a Lua number would print with 14 digits.
+// KEYS: inbox. ARGV: cursor (a sequence number, as digits), limit, max
+// inbox. Returns the items ("SEQ AUTHOR POST"), oldest first. The list
+// is in sequence order (every item's number is above all before it, see
+// deliverGroup), so the first item after the cursor is found by binary
+// search with LINDEX (about 10 for a full inbox; one when the newest is
+// not after the cursor), and the page is one LRANGE. An inbox from
+// before lists (a sorted set) is first turned into the list of its
+// members in score order, trimmed to max inbox: once a user, about a
+// millisecond for a full one.
 var pollScript = redis.NewScript(`
-local min = '(' .. ARGV[1]
-local maxInbox = tonumber(ARGV[3])
-if maxInbox > 0 then
-  local f = redis.call('ZRANGE', KEYS[1], -maxInbox, -maxInbox, 'WITHSCORES')
-  if #f > 0 and tonumber(f[2]) > tonumber(ARGV[1]) then min = f[2] end
+local key, after, limit, maxInbox = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local kind = redis.call('TYPE', key)['ok']
+if kind == 'zset' then
+  local zs = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  redis.call('DEL', key)
+  local items = {}
+  for i = 1, #zs, 2 do
+    items[#items + 1] = string.format('%.0f', tonumber(zs[i + 1])) .. ' ' .. zs[i]
+    if #items == 500 or i + 1 == #zs then
+      redis.call('RPUSH', key, unpack(items))
+      items = {}
+    end
+  end
+  if maxInbox > 0 then redis.call('LTRIM', key, -maxInbox, -1) end
+elseif kind ~= 'list' then
+  return {}
 end
-return redis.call('ZRANGEBYSCORE', KEYS[1], min, '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local function seqOf(e) return tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) end
+local n = redis.call('LLEN', key)
+if n == 0 or seqOf(redis.call('LINDEX', key, -1)) <= after then return {} end
+local lo, hi = 0, n - 1
+if maxInbox > 0 and n > maxInbox then lo = n - maxInbox end
+while lo < hi do
+  local mid = math.floor((lo + hi) / 2)
+  if seqOf(redis.call('LINDEX', key, mid)) > after then hi = mid else lo = mid + 1 end
+end
+return redis.call('LRANGE', key, lo, lo + limit - 1)
 `)

@@ -4,48 +4,72 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"willow/internal/testenv"
+	willowv1 "willow/proto/willow/v1"
 	"willow/shedding"
 	"willow/timeline"
 )
 
 // TestInboxSequenceAndTrim: an inbox written before the slot's sequence
-// counter existed (small scores, a cursor handed out on them) gets new
-// items after that cursor; a follower receiving three times MaxInbox
-// posts keeps the newest, in order, trimmed back to MaxInbox at least
-// once every 16 deliveries, and a poll shows exactly the newest MaxInbox.
+// counter existed and before inboxes were lists (a sorted set with small
+// scores, a cursor handed out on them) gets new items after that cursor,
+// whether a poll turned it into a list first ("polled") or publishes
+// find the sorted set and add to it ("unpolled", turned by the poll at
+// the end); a follower receiving three times MaxInbox posts keeps the
+// newest, in order, trimmed back to MaxInbox at least once every 16
+// deliveries, and a poll shows exactly the newest MaxInbox.
 func TestInboxSequenceAndTrim(t *testing.T) {
 	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
 		rdb := rt.Client(t)
 		const max = 20
 		v := start(t, rdb, timeline.Config{MaxInbox: max})
-		follow(t, v.c, "fan", "star")
-		inbox := "willow:tl:in:{fan}"
-		if err := rdb.ZAdd(ctxT(t), inbox, redis.Z{Score: 5, Member: "old p0"}).Err(); err != nil {
-			t.Fatal(err)
+		fans := []string{"polled", "unpolled"}
+		for _, fan := range fans {
+			follow(t, v.c, fan, "star")
+			if err := rdb.ZAdd(ctxT(t), "willow:tl:in:{"+fan+"}", redis.Z{Score: 5, Member: "old p0"}).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if _, cur := pollAll(t, v.c, "fan", "", 10); cur != "5" {
+		if _, cur := pollAll(t, v.c, "polled", "", 10); cur != "5" {
 			t.Fatalf("cursor on the old item %q, want 5", cur)
+		}
+		if kind := rdb.Type(ctxT(t), "willow:tl:in:{polled}").Val(); kind != "list" {
+			t.Fatalf("a polled inbox is a %s, want a list", kind)
+		}
+		size := func(fan string) int64 {
+			k := "willow:tl:in:{" + fan + "}"
+			if fan == "polled" {
+				return rdb.LLen(ctxT(t), k).Val()
+			}
+			return rdb.ZCard(ctxT(t), k).Val()
 		}
 		for p := 1; p <= 3*max; p++ {
 			publish(t, v.c, "star", fmt.Sprintf("p%d", p))
-			if n := rdb.ZCard(ctxT(t), inbox).Val(); n > max+15 {
-				t.Fatalf("after p%d the inbox holds %d items, MaxInbox %d", p, n, max)
+			for _, fan := range fans {
+				if n := size(fan); n > max+15 || n < 1 {
+					t.Fatalf("after p%d the inbox of %s holds %d items, MaxInbox %d", p, fan, n, max)
+				}
 			}
 		}
 		// A poll shows the newest MaxInbox, whatever the trim left.
-		items, _ := pollAll(t, v.c, "fan", "5", 7)
-		if len(items) != max {
-			t.Fatalf("%d items after the old cursor, want %d", len(items), max)
-		}
-		for i, it := range items {
-			if want := fmt.Sprintf("p%d", 3*max-len(items)+1+i); it.GetPostId() != want {
-				t.Fatalf("item %d is %s, want %s (the newest, in order)", i, it.GetPostId(), want)
+		for _, fan := range fans {
+			items, _ := pollAll(t, v.c, fan, "5", 7)
+			if len(items) != max {
+				t.Fatalf("%s: %d items after the old cursor, want %d", fan, len(items), max)
+			}
+			for i, it := range items {
+				if want := fmt.Sprintf("p%d", 3*max-len(items)+1+i); it.GetPostId() != want {
+					t.Fatalf("%s: item %d is %s, want %s (the newest, in order)", fan, i, it.GetPostId(), want)
+				}
+			}
+			if n := rdb.LLen(ctxT(t), "willow:tl:in:{"+fan+"}").Val(); fan == "unpolled" && n != max {
+				t.Errorf("%s: turned into a list of %d, want %d (trimmed)", fan, n, max)
 			}
 		}
 	})
@@ -99,33 +123,97 @@ func TestBacklogAmongMany(t *testing.T) {
 // after the release everyone sees the post once. A first publish skips
 // that inbox check (publishScript's fresh flag); a retry must not.
 func TestRetriedPublishAfterRatioChange(t *testing.T) {
+	for _, layout := range []string{"list", "zset from before"} {
+		t.Run(layout, func(t *testing.T) {
+			testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
+				rdb := rt.Client(t)
+				v := start(t, rdb, timeline.Config{})
+				ctx := ctxT(t)
+				var users []string
+				for i := range 40 {
+					users = append(users, fmt.Sprintf("r%d", i))
+					follow(t, v.c, users[i], "a")
+				}
+				// The first attempt: the post record, and p1 in the first 10 inboxes.
+				if err := rdb.HSet(ctx, "willow:tl:p:a p1", "t", time.Now().UnixMilli(), "m", "[]", "k", "[]").Err(); err != nil {
+					t.Fatal(err)
+				}
+				for _, u := range users[:10] {
+					k := "willow:tl:in:{" + u + "}"
+					var err error
+					if layout == "list" {
+						err = rdb.RPush(ctx, k, "1 a p0", "2 a p1", "3 b p1", "4 a p10").Err()
+					} else {
+						err = rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: "a p1"}).Err()
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				v.knobs(1, 0)
+				r := publish(t, v.c, "a", "p1")
+				if r.GetHeld() != 30 || r.GetDelivered() != 11 {
+					t.Fatalf("retried publish: %v, want 30 held, 11 delivered (10 before, the author)", r)
+				}
+				v.knobs(0, 1000)
+				waitDrained(t, v.c, 10*time.Second)
+				for i, u := range users {
+					want := "[a/p1]"
+					if i < 10 && layout == "list" {
+						want = "[a/p0 a/p1 b/p1 a/p10]"
+					}
+					if items, _ := pollAll(t, v.c, u, "", 10); fmt.Sprint(posts(items)) != want {
+						t.Errorf("%s sees %s, want %s", u, posts(items), want)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestDuplicatePublishMarks: a publish that is not the first of its post
+// marks it, and a first publish reaching a user after it (its post
+// record was new, so it would not ask the inboxes) finds the mark and
+// asks: each follower sees the post once. Here the duplicate runs
+// first, with a post record made by hand (an attempt that has not
+// finished), and the first publish's record is then made by the next
+// Publish (the hand-made one deleted). Then publishes of one post race
+// from several goroutines.
+func TestDuplicatePublishMarks(t *testing.T) {
 	testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
 		rdb := rt.Client(t)
 		v := start(t, rdb, timeline.Config{})
 		ctx := ctxT(t)
 		var users []string
-		for i := range 40 {
-			users = append(users, fmt.Sprintf("r%d", i))
+		for i := range 60 {
+			users = append(users, fmt.Sprintf("d%d", i))
 			follow(t, v.c, users[i], "a")
 		}
-		// The first attempt: the post record, and p1 in the first 10 inboxes.
 		if err := rdb.HSet(ctx, "willow:tl:p:a p1", "t", time.Now().UnixMilli(), "m", "[]", "k", "[]").Err(); err != nil {
 			t.Fatal(err)
 		}
-		for _, u := range users[:10] {
-			if err := rdb.ZAdd(ctx, "willow:tl:in:{"+u+"}", redis.Z{Score: 1, Member: "a p1"}).Err(); err != nil {
-				t.Fatal(err)
-			}
+		if r := publish(t, v.c, "a", "p1"); r.GetDelivered() != 61 {
+			t.Fatalf("duplicate: %v, want 61 delivered", r)
 		}
-		v.knobs(1, 0)
-		r := publish(t, v.c, "a", "p1")
-		if r.GetHeld() != 30 || r.GetDelivered() != 11 {
-			t.Fatalf("retried publish: %v, want 30 held, 11 delivered (10 before, the author)", r)
+		if err := rdb.Del(ctx, "willow:tl:p:a p1").Err(); err != nil {
+			t.Fatal(err)
 		}
-		v.knobs(0, 1000)
-		waitDrained(t, v.c, 10*time.Second)
-		for _, u := range users {
-			if items, _ := pollAll(t, v.c, u, "", 10); fmt.Sprint(posts(items)) != "[a/p1]" {
+		if r := publish(t, v.c, "a", "p1"); r.GetDelivered() != 61 {
+			t.Fatalf("first publish after the duplicate: %v, want 61 delivered", r)
+		}
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := v.c.Publish(ctx, &willowv1.PublishRequest{Author: "a", PostId: "p2"}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, u := range append(users, "a") {
+			if items, _ := pollAll(t, v.c, u, "", 10); fmt.Sprint(posts(items)) != "[a/p1 a/p2]" {
 				t.Errorf("%s sees %s", u, posts(items))
 			}
 		}

@@ -513,33 +513,32 @@ func (s *Server) poll(ctx context.Context, user, cursor string, limit int) ([]*w
 	if err != nil {
 		return nil, "", fmt.Errorf("timeline: poll %s: %w", user, err)
 	}
-	if len(page)%2 != 0 {
-		return nil, "", fmt.Errorf("timeline: poll %s: %d values, want pairs", user, len(page))
-	}
-	zs := make([]redis.Z, 0, len(page)/2)
-	for i := 0; i < len(page); i += 2 {
-		sc, err := strconv.ParseFloat(page[i+1], 64)
-		if err != nil {
-			return nil, "", fmt.Errorf("timeline: poll %s: score %q: %w", user, page[i+1], err)
+	refs := make([]string, len(page))
+	var last int64
+	for i, e := range page {
+		seq, r, ok := strings.Cut(e, " ")
+		sc, err := strconv.ParseFloat(seq, 64)
+		if !ok || err != nil {
+			return nil, "", fmt.Errorf("timeline: poll %s: inbox item %q", user, e)
 		}
-		zs = append(zs, redis.Z{Member: page[i], Score: sc})
+		refs[i], last = r, int64(sc)
 	}
-	if len(zs) == 0 {
+	if len(refs) == 0 {
 		return nil, strconv.FormatInt(after, 10), nil
 	}
-	cmds := make([]*redis.SliceCmd, len(zs))
+	cmds := make([]*redis.SliceCmd, len(refs))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, z := range zs {
-			cmds[i] = p.HMGet(ctx, s.rk.post(z.Member.(string)), "t", "m", "k")
+		for i, r := range refs {
+			cmds[i] = p.HMGet(ctx, s.rk.post(r), "t", "m", "k")
 		}
 		return nil
 	}); err != nil {
 		return nil, "", fmt.Errorf("timeline: poll %s: posts: %w", user, err)
 	}
-	items := make([]*willowv1.TimelineItem, 0, len(zs))
-	for i, z := range zs {
+	items := make([]*willowv1.TimelineItem, 0, len(refs))
+	for i, r := range refs {
 		var author, post string
-		if a, p, ok := strings.Cut(z.Member.(string), " "); ok {
+		if a, p, ok := strings.Cut(r, " "); ok {
 			author, post = a, p
 		}
 		v := cmds[i].Val()
@@ -555,7 +554,7 @@ func (s *Server) poll(ctx context.Context, user, cursor string, limit int) ([]*w
 		it.Media = s.links(user, it.MediaIds, kinds)
 		items = append(items, it)
 	}
-	return items, strconv.FormatInt(int64(zs[len(zs)-1].Score), 10), nil
+	return items, strconv.FormatInt(last, 10), nil
 }
 
 // Stats reads the held backlog from Redis.
