@@ -61,21 +61,22 @@ func (n *Node) serveUnary(ctx context.Context, req any, info *grpc.UnaryServerIn
 		return nil, err
 	}
 	if isHealthCheck(info.FullMethod) {
-		return n.admitUnary(ctx, req, info, h)
+		return n.admitUnary(ctx, req, info, h, start)
 	}
 	n.stats.inFlight.Add(1)
-	resp, err := n.admitUnary(ctx, req, info, h)
+	resp, err := n.admitUnary(ctx, req, info, h, start)
 	n.stats.inFlight.Add(-1)
 	n.stats.done(time.Since(start), err)
 	return resp, err
 }
 
-// admitUnary applies drills and admission, then runs the handler.
-func (n *Node) admitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+// admitUnary applies drills and admission (at start, the call's clock
+// read), then runs the handler.
+func (n *Node) admitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler, start time.Time) (any, error) {
 	if err := n.drillFault(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
-	ctx, release, err := n.shedder.GateCall(ctx, info.FullMethod, nil)
+	ctx, release, err := n.shedder.GateCallAt(ctx, info.FullMethod, nil, start)
 	if err != nil {
 		return nil, err
 	}
@@ -129,20 +130,20 @@ func (n *Node) serveStream(srv any, w *serverStream, info *grpc.StreamServerInfo
 	}
 	w.ctx = ctx
 	if isHealthCheck(info.FullMethod) || info.FullMethod == willowv1.Master_Watch_FullMethodName {
-		return n.admitStream(srv, w, info, h)
+		return n.admitStream(srv, w, info, h, start)
 	}
 	n.stats.inFlight.Add(1)
-	err = n.admitStream(srv, w, info, h)
+	err = n.admitStream(srv, w, info, h, start)
 	n.stats.inFlight.Add(-1)
 	n.stats.done(time.Since(start), err)
 	return err
 }
 
-func (n *Node) admitStream(srv any, w *serverStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+func (n *Node) admitStream(srv any, w *serverStream, info *grpc.StreamServerInfo, h grpc.StreamHandler, start time.Time) error {
 	if err := n.drillFault(w.ctx, info.FullMethod); err != nil {
 		return err
 	}
-	ctx, release, err := n.shedder.GateCall(w.ctx, info.FullMethod, w)
+	ctx, release, err := n.shedder.GateCallAt(w.ctx, info.FullMethod, w, start)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package shedding
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -39,14 +40,19 @@ func lastOf(v []string) string {
 	return ""
 }
 
-// gate runs admission for one call of a method of class cl (not Exempt). It returns the context for the handler
+// gate runs admission for one call of a method of class cl (not Exempt).
+// It returns the context for the handler
 // (carrying WouldShed for Deferred methods), a release func for the slot
 // (nil when none was taken) and the rejection error, if any.
 // ss is the server stream, nil for unary calls.
-func (s *Shedder) gate(ctx context.Context, cl Class, ss grpc.ServerStream) (context.Context, func(), error) {
+// now is the call's start as GateCallAt's caller read it, zero for none.
+func (s *Shedder) gate(ctx context.Context, cl Class, ss grpc.ServerStream, now time.Time) (context.Context, func(), error) {
 	deferred := cl == Deferred
 	business, user := requestContext(ctx)
-	reason, ok, bi, key := s.admit(business, user)
+	if now.IsZero() || s.clock == nil {
+		now = s.now()
+	}
+	reason, ok, bi, key := s.admit(business, user, now)
 	if !deferred {
 		s.announce(ctx, ss)
 	}
@@ -61,7 +67,8 @@ func (s *Shedder) gate(ctx context.Context, cl Class, ss grpc.ServerStream) (con
 		}
 		return ctx, nil, s.errOver
 	}
-	if err := s.acquire(ctx, bi, key); err != nil {
+	fast, err := s.acquire(ctx, bi, key)
+	if err != nil {
 		if ctx.Err() != nil {
 			return ctx, nil, status.FromContextError(ctx.Err()).Err()
 		}
@@ -72,7 +79,11 @@ func (s *Shedder) gate(ctx context.Context, cl Class, ss grpc.ServerStream) (con
 		s.metrics.rejected(bi, ReasonOverload)
 		return ctx, nil, s.errOver
 	}
-	s.metrics.admit(bi)
+	if fast {
+		s.biz[bi].fast.Add(1)
+	} else {
+		s.metrics.admit(bi)
+	}
 	return ctx, s.release, nil
 }
 
@@ -121,7 +132,22 @@ func (s *Shedder) GateCall(ctx context.Context, method string, ss grpc.ServerStr
 	if cl == Exempt {
 		return ctx, nil, nil
 	}
-	return s.gate(ctx, cl, ss)
+	return s.gate(ctx, cl, ss, time.Time{})
+}
+
+// GateCallAt is GateCall for a caller that read the clock at the call's
+// start already (package node times every call): now, that time.Now,
+// stands in for the shedder's own clock read. A Shedder whose clock is
+// Deps.Now reads that clock instead.
+func (s *Shedder) GateCallAt(ctx context.Context, method string, ss grpc.ServerStream, now time.Time) (context.Context, func(), error) {
+	if s == nil {
+		return ctx, nil, nil
+	}
+	cl := s.Class(method)
+	if cl == Exempt {
+		return ctx, nil, nil
+	}
+	return s.gate(ctx, cl, ss, now)
 }
 
 // UnaryServerInterceptor applies admission (GateCall) to unary calls.

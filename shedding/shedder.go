@@ -115,13 +115,15 @@ type Shedder struct {
 	level     atomic.Int32
 	hist      []atomic.Int64 // requests offered to adaptive admission by key, this window
 	winCount  atomic.Int64
-	winEnd    atomic.Int64 // unix ns
-	queueSum  atomic.Int64 // ns waited for slots, this window
-	queueN    atomic.Int64
+	winEnd    atomic.Int64  // unix ns
+	queueSum  atomic.Int64  // ns waited for slots, this window
+	queueN    atomic.Int64  // requests that waited for their slot, this window
+	fastSeen  uint64        // guarded by rollMu: the sum of biz[].fast at the last roll
 	lastQueue atomic.Uint64 // float64 bits: mean queueing ms of the last window
 	lastRoll  atomic.Int64  // unix ns of the last roll
 	rollMu    sync.Mutex    // held while a window is rolled
 	counts    []int64       // guarded by rollMu: scratch histogram
+	biz       []bizCount    // by business index: the admission counters
 	levelMD   []metadata.MD // header metadata for each level, read-only
 	release   func()        // s.slots.release, made once (a method value allocates)
 	// announceUntil (unix ns) is when the level header may stop after the
@@ -192,6 +194,7 @@ func New(cfg Config, deps Deps) (*Shedder, error) {
 	s.maxLevel = int32(s.nBiz*UserLevels - 1)
 	s.hist = make([]atomic.Int64, s.nBiz*UserLevels)
 	s.counts = make([]int64, s.nBiz*UserLevels)
+	s.biz = make([]bizCount, s.nBiz)
 	s.levelMD = make([]metadata.MD, s.nBiz*UserLevels)
 	for i := range s.levelMD {
 		s.levelMD[i] = metadata.Pairs(HeaderAdmitLevel, strconv.Itoa(i))
@@ -283,7 +286,7 @@ func UserPriority(key []byte, user string, now time.Time) int {
 // slot; the interceptors do. reason is ReasonShedRatio or ReasonOverload
 // when ok is false, "" otherwise. HTTP front ends call it directly.
 func (s *Shedder) Admit(business, user string) (reason string, ok bool) {
-	reason, ok, bi, _ := s.admit(business, user)
+	reason, ok, bi, _ := s.admit(business, user, s.now())
 	if ok {
 		s.metrics.admit(bi)
 	} else {
@@ -292,10 +295,10 @@ func (s *Shedder) Admit(business, user string) (reason string, ok bool) {
 	return reason, ok
 }
 
-// admit returns the decision, the business index (priority-1) for metrics
-// and the compound key (-1 when shed by ratio).
-func (s *Shedder) admit(business, user string) (reason string, ok bool, bi, key int) {
-	now := s.now()
+// admit returns the decision at now (the shedder's clock), the business
+// index (priority-1) for metrics and the compound key (-1 when shed by
+// ratio).
+func (s *Shedder) admit(business, user string, now time.Time) (reason string, ok bool, bi, key int) {
 	ns := now.UnixNano()
 	s.maybeRoll(ns)
 	if ns-s.knobsStamp.Load() >= int64(KnobRefresh) {
@@ -384,6 +387,12 @@ func (s *Shedder) maybeRoll(ns int64) {
 	}
 	s.winCount.Store(0)
 	qsum, qn := s.queueSum.Swap(0), s.queueN.Swap(0)
+	var fast uint64 // requests that found a free slot: a 0 s wait each
+	for i := range s.biz {
+		fast += s.biz[i].fast.Load()
+	}
+	qn += int64(fast - s.fastSeen)
+	s.fastSeen = fast
 	mean := 0.0
 	if qn > 0 {
 		mean = float64(qsum) / float64(qn)
@@ -478,18 +487,19 @@ func (s *Shedder) Waiting() int { return s.slots.waiting() }
 func (s *Shedder) MaxLevel() int { return int(s.maxLevel) }
 
 // acquire waits for a concurrency slot for a request of compound key key
-// (smaller first) and accounts the wait as queueing time.
-func (s *Shedder) acquire(ctx context.Context, bi, key int) error {
+// (smaller first) and accounts the wait as queueing time. fast is true
+// when a slot was free at once: the caller counts such a request
+// (bizCount.fast), which is its admission, its 0 s wait and its place in
+// the window's queueing mean at once.
+func (s *Shedder) acquire(ctx context.Context, bi, key int) (fast bool, err error) {
 	if s.slots.tryAcquire() {
-		s.queueN.Add(1)
-		s.metrics.queued(bi, 0)
-		return nil
+		return true, nil
 	}
 	start := s.now()
-	err := s.slots.acquire(ctx, key, s.cfg.MaxWait)
+	err = s.slots.acquire(ctx, key, s.cfg.MaxWait)
 	waited := s.now().Sub(start)
 	s.queueSum.Add(int64(waited))
 	s.queueN.Add(1)
 	s.metrics.queued(bi, waited)
-	return err
+	return false, err
 }

@@ -345,7 +345,8 @@ func TestKnobChangesApply(t *testing.T) {
 }
 
 // TestQueueHistogram: willow_shedding_queue_seconds counts every admitted
-// request's slot wait, the calls that found a free slot (0 s, counted
+// request's slot wait (and willow_shedding_admitted_total every admitted
+// request), the calls that found a free slot (0 s, counted
 // apart on the hot path) in every bucket, a real wait in its bucket and
 // the sum, as a plain histogram would.
 func TestQueueHistogram(t *testing.T) {
@@ -391,6 +392,17 @@ func TestQueueHistogram(t *testing.T) {
 	}
 	var h *dto.Histogram
 	for _, mf := range mfs {
+		if mf.GetName() == "willow_shedding_admitted_total" {
+			for _, m := range mf.GetMetric() {
+				want := 0.0
+				if strings.Contains(m.GetLabel()[0].GetValue(), "moments") {
+					want = 5 // four on a free slot, one after a wait
+				}
+				if got := m.GetCounter().GetValue(); got != want {
+					t.Errorf("admitted_total{business=%q} %v, want %v", m.GetLabel()[0].GetValue(), got, want)
+				}
+			}
+		}
 		if mf.GetName() != "willow_shedding_queue_seconds" {
 			continue
 		}
@@ -416,5 +428,50 @@ func TestQueueHistogram(t *testing.T) {
 		if b.GetCumulativeCount() != want {
 			t.Errorf("bucket le=%v: %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
 		}
+	}
+}
+
+// TestGateCallAtTakesCallersClock: GateCallAt decides at the time its
+// caller read (here the hour that puts a user in the shed ratio), unless
+// the shedder has a clock of its own (Deps.Now), which it then reads.
+func TestGateCallAtTakesCallersClock(t *testing.T) {
+	t0 := time.Now()
+	t1 := t0.Add(2 * time.Hour)
+	h := shedding.NewUserHash(nil)
+	user := ""
+	for i := 0; user == "" && i < 1000; i++ {
+		u := "user-" + strconv.Itoa(i)
+		if !h.InRatio(u, t0, 0.5) && h.InRatio(u, t1, 0.5) {
+			user = u
+		}
+	}
+	if user == "" {
+		t.Fatal("no user in the ratio at t1 only")
+	}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(shedding.MDBusiness, "comment", shedding.MDUser, user))
+	gate := func(s *shedding.Shedder, at time.Time) error {
+		_, release, err := s.GateCallAt(ctx, mWork, nil, at)
+		if release != nil {
+			release()
+		}
+		return err
+	}
+	s, err := shedding.New(shedding.Config{}, shedding.Deps{Knobs: knobs(map[string]float64{"comment": 0.5})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gate(s, t0); err != nil {
+		t.Errorf("at t0: %v, want admitted", err)
+	}
+	if err := gate(s, t1); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("at t1: %v, want RESOURCE_EXHAUSTED (shed_ratio)", err)
+	}
+	own, err := shedding.New(shedding.Config{}, shedding.Deps{Knobs: knobs(map[string]float64{"comment": 0.5}),
+		Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gate(own, t1); err != nil {
+		t.Errorf("Deps.Now at t0, caller's t1: %v, want admitted (the shedder's clock)", err)
 	}
 }

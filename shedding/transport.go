@@ -2,6 +2,7 @@ package shedding
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -20,5 +21,5 @@ func (s *Shedder) Gate(ctx context.Context, method, business, user string) (_ co
 		return ctx, nil, nil
 	}
 	ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(MDBusiness, business, MDUser, user))
-	return s.gate(ctx, cl, nil)
+	return s.gate(ctx, cl, nil, time.Time{})
 }
