@@ -64,6 +64,7 @@ bench-compress: setup
 bench-timeline: setup
 	go test -run '^$$' -bench BenchmarkTimelineFanout -benchtime 20x -timeout 10m ./timeline
 	go test -run '^$$' -bench BenchmarkTimelineRelease -benchtime 1x -timeout 10m ./timeline
+	go test -run '^$$' -bench BenchmarkTimelineRetry -benchtime 5x -timeout 10m ./timeline
 
 # The master against a simulated fleet (BENCHMARKS.md): one master (a child
 # process) on redis-server, N = 100, 1000, 5000 nodes that register,

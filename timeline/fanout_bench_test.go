@@ -444,3 +444,75 @@ func BenchmarkTimelineRelease(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTimelineRetry publishes again, for an author with 5000
+// followers whose inboxes are full, a post whose first attempt left its
+// record without an outcome, at delay ratio 0: a publish that is not the
+// first, so it looks through every follower's inbox before adding
+// (deliverGroup). first=reached: the first attempt delivered to every
+// follower (the retry finds each item among the newest); first=none: it
+// made only the post record (the retry looks through whole inboxes and
+// delivers). Reported as BenchmarkTimelineFanout's, per retry.
+func BenchmarkTimelineRetry(b *testing.B) {
+	for _, kind := range testenv.RedisKinds {
+		for _, reached := range []bool{true, false} {
+			first := "none"
+			if reached {
+				first = "reached"
+			}
+			b.Run(fmt.Sprintf("%s/F=5000/first=%s", kind, first), func(b *testing.B) {
+				const f = 5000
+				r := testenv.StartRedisKind(b, kind)
+				var m redisMeter
+				rdb := meteredClient(b, r, &m)
+				c, _ := startBenchTimeline(b, rdb, 0, 0)
+				addFollowers(b, rdb, "star", f)
+				fillInboxes(b, rdb, f, timeline.DefaultMaxInbox)
+				ctx := context.Background()
+				if _, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: "warm"}); err != nil {
+					b.Fatal(err)
+				}
+				lat := make([]time.Duration, 0, b.N)
+				var rcpu int64
+				b.ResetTimer()
+				for i := range b.N {
+					b.StopTimer()
+					post := fmt.Sprint("r", i)
+					pk := "willow:tl:p:star " + post
+					if reached {
+						if _, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: post}); err != nil {
+							b.Fatal(err)
+						}
+						if err := rdb.HDel(ctx, pk, "done").Err(); err != nil {
+							b.Fatal(err)
+						}
+					} else if err := rdb.HSet(ctx, pk, "t", time.Now().UnixMilli(), "m", "[]", "k", "[]").Err(); err != nil {
+						b.Fatal(err)
+					}
+					rcpu0 := redisCPU(ctx, rdb)
+					b.StartTimer()
+					t0 := time.Now()
+					resp, err := c.Publish(ctx, &willowv1.PublishRequest{Author: "star", PostId: post})
+					if err != nil {
+						b.Fatal(err)
+					}
+					lat = append(lat, time.Since(t0))
+					b.StopTimer()
+					rcpu += redisCPU(ctx, rdb) - rcpu0
+					if resp.GetDelivered() != f+1 {
+						b.Fatalf("retry: %v, want %d delivered", resp, f+1)
+					}
+					b.StartTimer()
+				}
+				b.StopTimer()
+				slices.Sort(lat)
+				q := func(p float64) float64 {
+					return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+				}
+				b.ReportMetric(q(0.5), "p50-ms")
+				b.ReportMetric(q(0.99), "p99-ms")
+				b.ReportMetric(float64(rcpu)/float64(b.N)/1000, "redis-cpu-ms/op")
+			})
+		}
+	}
+}
