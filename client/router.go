@@ -30,6 +30,10 @@ const (
 	DefaultMinRetries   = 5
 	// MaxRetryAfter caps how long Call sleeps for a server's retry-after.
 	MaxRetryAfter = 2 * time.Second
+	// DefaultCallPerList is how many endpoints a list Call and CallSession
+	// ask the master for (RouteRequest.max_per_list), unless MaxRetries
+	// needs more: they try one endpoint and then at most MaxRetries more.
+	DefaultCallPerList = 4
 )
 
 // ErrNoEndpoint is returned (wrapped) when Route lists no endpoint at all.
@@ -60,13 +64,23 @@ type RouterConfig struct {
 	MinRetries int
 	// RouteTimeout bounds one Route call; default DefaultRouteTimeout.
 	RouteTimeout time.Duration
+	// CallPerList is how many endpoints a list Call and CallSession ask
+	// the master for, the least loaded: default the larger of
+	// DefaultCallPerList and MaxRetries+1 (what they can try), negative
+	// for every endpoint. Route always asks for every endpoint.
+	CallPerList int
 	// Now; default time.Now.
 	Now func() time.Time
 	// Sleep waits for a retry-after hint; default a timer honouring ctx.
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
-type routeKey struct{ role, business string }
+// routeKey names a cached Route answer: the role, the business and the
+// cap on each list (0: every endpoint).
+type routeKey struct {
+	role, business string
+	perList        int
+}
 
 type cachedRoute struct {
 	resp    *willowv1.RouteResponse
@@ -109,6 +123,11 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	}
 	if cfg.RouteTimeout <= 0 {
 		cfg.RouteTimeout = DefaultRouteTimeout
+	}
+	if cfg.CallPerList == 0 {
+		cfg.CallPerList = max(DefaultCallPerList, cfg.MaxRetries+1)
+	} else if cfg.CallPerList < 0 {
+		cfg.CallPerList = 0 // every endpoint
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -191,11 +210,17 @@ func (r *Router) Knobs() flex.Knobs {
 	return r.knobs
 }
 
-// Route returns the master's answer for (role, business), from the cache
-// while its TTL lasts. When no master answers, the last good answer is
-// returned, however old, with no error.
+// Route returns the master's answer for (role, business), every endpoint
+// of both lists, from the cache while its TTL lasts. When no master
+// answers, the last good answer is returned, however old, with no error.
 func (r *Router) Route(ctx context.Context, role, business string) (*willowv1.RouteResponse, error) {
-	key := routeKey{role, business}
+	return r.route(ctx, role, business, 0)
+}
+
+// route is Route with each list capped at perList endpoints (0: every
+// one), cached apart from the answers with another cap.
+func (r *Router) route(ctx context.Context, role, business string, perList int) (*willowv1.RouteResponse, error) {
+	key := routeKey{role, business, perList}
 	now := r.cfg.Now()
 	r.mu.Lock()
 	c, ok := r.routes[key]
@@ -203,7 +228,7 @@ func (r *Router) Route(ctx context.Context, role, business string) (*willowv1.Ro
 	if ok && now.Before(c.expires) {
 		return c.resp, nil
 	}
-	resp, err := r.askMasters(ctx, role, business)
+	resp, err := r.askMasters(ctx, role, business, perList)
 	if err != nil {
 		if ok {
 			return c.resp, nil // keep the last good answer
@@ -223,18 +248,20 @@ func (r *Router) Route(ctx context.Context, role, business string) (*willowv1.Ro
 	return resp, nil
 }
 
-// Invalidate drops the cached answer for (role, business), so the next
-// Route asks the master.
+// Invalidate drops the cached answers for (role, business), Route's and
+// Call's, so the next of each asks the master.
 func (r *Router) Invalidate(role, business string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if c, ok := r.routes[routeKey{role, business}]; ok {
-		c.expires = time.Time{}
-		r.routes[routeKey{role, business}] = c
+	for _, perList := range []int{0, r.cfg.CallPerList} {
+		if c, ok := r.routes[routeKey{role, business, perList}]; ok {
+			c.expires = time.Time{}
+			r.routes[routeKey{role, business, perList}] = c
+		}
 	}
 }
 
-func (r *Router) askMasters(ctx context.Context, role, business string) (*willowv1.RouteResponse, error) {
+func (r *Router) askMasters(ctx context.Context, role, business string, perList int) (*willowv1.RouteResponse, error) {
 	var lastErr error
 	r.mu.Lock()
 	start := r.next
@@ -247,7 +274,8 @@ func (r *Router) askMasters(ctx context.Context, role, business string) (*willow
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.RouteTimeout)
-		resp, err := willowv1.NewMasterClient(conn).Route(cctx, &willowv1.RouteRequest{Role: role, Region: r.cfg.Region, Business: business})
+		resp, err := willowv1.NewMasterClient(conn).Route(cctx, &willowv1.RouteRequest{Role: role, Region: r.cfg.Region, Business: business,
+			MaxPerList: int32(perList)})
 		cancel()
 		if err == nil {
 			r.mu.Lock()
@@ -272,9 +300,10 @@ func Retryable(err error) bool {
 // Call runs fn against the first endpoint of the primary list for role and,
 // on a retryable failure, against the secondary list (another region) at
 // most MaxRetries times — never when the retries knob is off or the retry
-// budget is spent. It returns fn's last error.
+// budget is spent. It asks the master for CallPerList endpoints a list.
+// It returns fn's last error.
 func (r *Router) Call(ctx context.Context, role, business string, fn func(ctx context.Context, conn *grpc.ClientConn, ep *willowv1.Endpoint) error) error {
-	resp, err := r.Route(ctx, role, business)
+	resp, err := r.route(ctx, role, business, r.cfg.CallPerList)
 	if err != nil {
 		return err
 	}
@@ -355,7 +384,7 @@ func (r *Router) CallSession(ctx context.Context, role, business string, fn func
 	var err error
 	r.budget.OnRequest()
 	for attempt := 0; attempt <= r.cfg.MaxRetries; attempt++ {
-		resp, rerr := r.Route(ctx, role, business)
+		resp, rerr := r.route(ctx, role, business, r.cfg.CallPerList)
 		if rerr != nil {
 			if err == nil {
 				return rerr

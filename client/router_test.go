@@ -25,12 +25,14 @@ type fakeMaster struct {
 	mu    sync.Mutex
 	reply *willowv1.RouteResponse
 	calls atomic.Int32
+	caps  []int32 // each request's max_per_list
 }
 
 func (f *fakeMaster) Route(ctx context.Context, req *willowv1.RouteRequest) (*willowv1.RouteResponse, error) {
 	f.calls.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.caps = append(f.caps, req.GetMaxPerList())
 	return f.reply, nil
 }
 
@@ -196,6 +198,54 @@ func TestCallSessionStaysInRegion(t *testing.T) {
 			})
 			if (err != nil) != tc.wantErr || strings.Join(tried, ",") != strings.Join(tc.wantTried, ",") {
 				t.Fatalf("tried %v (err %v), want %v (error %v)", tried, err, tc.wantTried, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestRouterCallPerList: Route asks the master for every endpoint; Call and
+// CallSession ask for CallPerList a list (by default enough for
+// MaxRetries), each answer cached on its own.
+func TestRouterCallPerList(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		cfg     client.RouterConfig
+		wantCap int32
+	}{
+		{"default", client.RouterConfig{}, client.DefaultCallPerList},
+		{"more retries than the default", client.RouterConfig{MaxRetries: 6}, 7},
+		{"set", client.RouterConfig{CallPerList: 2}, 2},
+		{"every endpoint", client.RouterConfig{CallPerList: -1}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fm := &fakeMaster{reply: reply("on")}
+			addr, _ := serveMaster(t, fm)
+			cfg := tt.cfg
+			cfg.MasterAddr, cfg.Region = addr, "a"
+			r, err := client.NewRouter(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			ctx := context.Background()
+			if _, err := r.Route(ctx, "upload", ""); err != nil {
+				t.Fatal(err)
+			}
+			ok := func(context.Context, *grpc.ClientConn, *willowv1.Endpoint) error { return nil }
+			if err := r.Call(ctx, "upload", "", ok); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.CallSession(ctx, "upload", "", ok); err != nil {
+				t.Fatal(err)
+			}
+			fm.mu.Lock()
+			defer fm.mu.Unlock()
+			want := []int32{0, tt.wantCap} // Call's answer cached for CallSession
+			if tt.wantCap == 0 {
+				want = want[:1] // the same answer as Route's, cached
+			}
+			if len(fm.caps) != len(want) || fm.caps[0] != want[0] || fm.caps[len(fm.caps)-1] != want[len(want)-1] {
+				t.Fatalf("max_per_list asked %v, want %v", fm.caps, want)
 			}
 		})
 	}

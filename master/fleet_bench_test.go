@@ -31,6 +31,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"willow/auth"
+	"willow/client"
 	"willow/internal/testenv"
 	"willow/master"
 	"willow/node"
@@ -303,7 +304,9 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // against N simulated nodes in this process — each registers, heartbeats
 // every second with load figures and holds a Watch stream, with its own
 // node credential — and reports the master's CPU per heartbeat and RSS,
-// Route latency, and how long a flex change takes to reach every watcher.
+// Route latency (the SDK's calls, capped at client.DefaultCallPerList
+// endpoints a list, and calls for every endpoint, apart), and how long a
+// flex change takes to reach every watcher.
 // One iteration is one flex change (and fleetRoutes Route calls), at least
 // fleetChanges of them: run it with -benchtime 1x (make bench-fleet), as
 // the testing package runs a benchmark once with b.N = 1 before any
@@ -549,7 +552,7 @@ func benchFleet(b *testing.B, n int) {
 	load0 := loadAvg()
 	hb0, hbErr0, started0, skipped0, t0 := hbOK.Load(), hbErr.Load(), hbStarted.Load(), hbSkipped.Load(), time.Now()
 	measuring.Store(true)
-	var prop, worst, route []time.Duration
+	var prop, worst, route, routeFull []time.Duration
 	missed, routeFailed := 0, 0
 	// The master's profiles of the measured part (fleetMaster).
 	profile, heapProfile := os.Getenv("WILLOW_FLEET_CPUPROFILE"), os.Getenv("WILLOW_FLEET_HEAPPROFILE")
@@ -613,11 +616,19 @@ func benchFleet(b *testing.B, n int) {
 		worst = append(worst, w)
 		// Route calls from a node of each role, one every 10 ms over a
 		// second, each on its own (a slow answer does not delay the next
-		// call, as with many independent callers).
+		// call, as with many independent callers). Every other call is the
+		// SDK's (client.Router's Call and CallSession: the few least loaded
+		// endpoints a list, route-p99-ms), the others ask for every
+		// endpoint, as an edge finding its peers does (route-full-p99-ms).
 		var routing sync.WaitGroup
 		var routeMu sync.Mutex
 		for j := range fleetRoutes {
-			sn, role, region := nodes[(i*fleetRoutes+j)%n], roles[j%len(roles)], regions[j%len(regions)]
+			sn, role, region := nodes[(i*fleetRoutes+j)%n], roles[(j/2)%len(roles)], regions[(j/2)%len(regions)]
+			req := &willowv1.RouteRequest{Role: role, Region: region}
+			full := j%2 == 1
+			if !full {
+				req.MaxPerList = client.DefaultCallPerList
+			}
 			routing.Add(1)
 			go func() {
 				defer routing.Done()
@@ -625,14 +636,18 @@ func benchFleet(b *testing.B, n int) {
 				defer rcancel()
 				defer trace.StartRegion(rctx, "route").End()
 				rs := time.Now()
-				_, err := sn.mc.Route(rctx, &willowv1.RouteRequest{Role: role, Region: region}, sn.creds)
+				_, err := sn.mc.Route(rctx, req, sn.creds)
 				d := time.Since(rs)
 				routeMu.Lock()
 				defer routeMu.Unlock()
-				route = append(route, d)
+				if full {
+					routeFull = append(routeFull, d)
+				} else {
+					route = append(route, d)
+				}
 				if err != nil { // counted (route-failed) and logged: the run goes on to show the rest
 					routeFailed++
-					b.Logf("Route %s/%s: %v after %v", role, region, err, d)
+					b.Logf("Route %s/%s (max_per_list %d): %v after %v", role, region, req.GetMaxPerList(), err, d)
 				}
 			}()
 			time.Sleep(time.Second / fleetRoutes)
@@ -671,6 +686,8 @@ func benchFleet(b *testing.B, n int) {
 	hbMu.Unlock()
 	b.ReportMetric(ms(pct(route, 0.5)), "route-p50-ms")
 	b.ReportMetric(ms(pct(route, 0.99)), "route-p99-ms")
+	b.ReportMetric(ms(pct(routeFull, 0.5)), "route-full-p50-ms")
+	b.ReportMetric(ms(pct(routeFull, 0.99)), "route-full-p99-ms")
 	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(hbs), "cpu-per-heartbeat-us")
 	b.ReportMetric(float64(cpu1-cpu0)/float64(elapsed), "master-cores")
 	b.ReportMetric(float64(sim1-sim0)/float64(elapsed), "fleet-sim-cores")

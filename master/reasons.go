@@ -47,6 +47,9 @@ const (
 	ReasonRegion = "region"
 	// ReasonAddr: address missing or unspecified.
 	ReasonAddr = "addr"
+	// ReasonMaxPerList: a Route max_per_list below 0 or above
+	// MaxRoutePerList.
+	ReasonMaxPerList = "max_per_list"
 	// ReasonNoHealthyNodes: no healthy node of the role in any region
 	// (UNAVAILABLE).
 	ReasonNoHealthyNodes = "no_healthy_nodes"

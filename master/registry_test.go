@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"sort"
@@ -557,6 +558,43 @@ func TestDrills(t *testing.T) {
 	}
 	regWait(t, 3*time.Second, "silenced node out of Route", func() bool { return !inRoute(m.client, "upload", "a", "upload-a-1") })
 	regWait(t, 5*time.Second, "silenced node back after the drill", func() bool { return inRoute(m.client, "upload", "a", "upload-a-1") })
+}
+
+// TestRouteMaxPerList: over gRPC, a capped Route lists at most that many
+// endpoints a list, both lists from different regions; the caller's side
+// that cannot be trusted (a cap below 0, above MaxRoutePerList, the
+// largest int32) is refused with INVALID_ARGUMENT max_per_list before
+// anything is looked up, and MaxRoutePerList itself is a valid cap.
+func TestRouteMaxPerList(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	m := startRegMaster(t, rdb, "master-1", regConfig(), okProber{})
+	startRegNode(t, m.addr, "upload-a-1", "upload", "a")
+	startRegNode(t, m.addr, "upload-a-2", "upload", "a")
+	startRegNode(t, m.addr, "upload-b-1", "upload", "b")
+	startRegNode(t, m.addr, "upload-b-2", "upload", "b")
+	regWait(t, 5*time.Second, "four nodes in Route", func() bool {
+		p, s, _ := routeIDs(context.Background(), m.client, "upload", "a")
+		return len(p) == 2 && len(s) == 2
+	})
+	ctx := context.Background()
+	for _, perList := range []int32{1, master.MaxRoutePerList} {
+		resp, err := m.client.Route(ctx, &willowv1.RouteRequest{Role: "upload", Region: "a", MaxPerList: perList})
+		if err != nil {
+			t.Fatalf("cap %d: %v", perList, err)
+		}
+		want := min(int(perList), 2)
+		if len(resp.GetPrimary()) != want || len(resp.GetSecondary()) != want ||
+			resp.GetPrimaryRegion() != "a" || resp.GetSecondaryRegion() != "b" {
+			t.Errorf("cap %d: primary %d in %q, secondary %d in %q; want %d in a and %d in b", perList,
+				len(resp.GetPrimary()), resp.GetPrimaryRegion(), len(resp.GetSecondary()), resp.GetSecondaryRegion(), want, want)
+		}
+	}
+	for _, perList := range []int32{-1, master.MaxRoutePerList + 1, math.MaxInt32, math.MinInt32} {
+		_, err := m.client.Route(ctx, &willowv1.RouteRequest{Role: "upload", Region: "a", MaxPerList: perList})
+		if status.Code(err) != codes.InvalidArgument || rpcstatus.Reason(err) != master.ReasonMaxPerList {
+			t.Errorf("cap %d: err = %v (reason %q), want INVALID_ARGUMENT max_per_list", perList, err, rpcstatus.Reason(err))
+		}
+	}
 }
 
 func TestRouteRidesOutRedisOutage(t *testing.T) {

@@ -36,9 +36,28 @@ type roleRoutes struct {
 	// ms), in the order of eps; minUntil the least.
 	until    map[string][]int64
 	minUntil int64
-	// wires is the encoded answer by caller region (a region listed, or
-	// ""), made at its first Route call (wire).
+	// wires is the encoded answer by wireKey (a caller region listed, or
+	// "", and a list cap up to routeWireCacheMax), made at its first
+	// Route call (wire).
 	wires sync.Map
+}
+
+// MaxRoutePerList is the largest max_per_list a Route call may ask for
+// (INVALID_ARGUMENT max_per_list above it or below 0): a list of more
+// than that is asked for with 0, every endpoint.
+const MaxRoutePerList = 10000
+
+// routeWireCacheMax is the largest list cap whose encoded answer the
+// index keeps (with every endpoint, 0): the SDK asks for a few
+// (client.DefaultCallPerList), and a caller asking for many costs its own
+// encoding rather than a cache entry per cap.
+const routeWireCacheMax = 16
+
+// wireKey names one encoded answer of roleRoutes.wires: the caller's
+// region and the cap on each list (0: every endpoint).
+type wireKey struct {
+	region  string
+	perList int
 }
 
 // newRoleRoutes lists one role's nodes, by region, as Route lists them.
@@ -73,9 +92,10 @@ func sortRegions(r *roleRoutes) {
 	})
 }
 
-// answer is the Route answer for a caller in region (Flex and TtlMs
-// unset). The endpoints are shared by every answer: read-only.
-func (r *roleRoutes) answer(role, region string) (*willowv1.RouteResponse, error) {
+// answer is the Route answer for a caller in region, each list cut to
+// its first perList endpoints (the least loaded) when perList > 0 (Flex
+// and TtlMs unset). The endpoints are shared by every answer: read-only.
+func (r *roleRoutes) answer(role, region string, perList int) (*willowv1.RouteResponse, error) {
 	if r == nil || len(r.regions) == 0 {
 		return nil, rpcstatus.New(codes.Unavailable, ReasonNoHealthyNodes, "no healthy %s node in any region", role)
 	}
@@ -97,23 +117,34 @@ func (r *roleRoutes) answer(role, region string) (*willowv1.RouteResponse, error
 			break
 		}
 	}
+	if perList > 0 {
+		resp.Primary = resp.Primary[:min(perList, len(resp.Primary))]
+		resp.Secondary = resp.Secondary[:min(perList, len(resp.Secondary))]
+	}
 	return resp, nil
 }
 
-// wire is the answer for a caller in region, encoded (Flex and TtlMs
-// unset). The index keeps it for a region it lists and for no region, so
-// its Route calls share one encoding: at N = 5000 an answer lists about
-// 1300 endpoints (65 KB), and marshalling it was about 0.3 ms of every
-// call (BenchmarkFleet).
-func (r *roleRoutes) wire(role, region string) ([]byte, error) {
+// wire is the answer for a caller in region with each list cut to
+// perList endpoints (0: every one), encoded (Flex and TtlMs unset). The
+// index keeps it for a region it lists and for no region, with every
+// endpoint or a cap up to routeWireCacheMax, so its Route calls share one
+// encoding: at N = 5000 an answer with every endpoint lists about 1300
+// of them (65 KB), and marshalling it was about 0.3 ms of every call
+// (BenchmarkFleet). A cap no shorter than the longest list is the answer
+// with every endpoint.
+func (r *roleRoutes) wire(role, region string, perList int) ([]byte, error) {
 	if r == nil {
-		_, err := r.answer(role, region) // no healthy node
+		_, err := r.answer(role, region, 0) // no healthy node
 		return nil, err
 	}
-	if b, ok := r.wires.Load(region); ok {
+	if len(r.regions) > 0 && perList >= len(r.eps[r.regions[0]]) { // regions[0] has the most
+		perList = 0
+	}
+	key := wireKey{region, perList}
+	if b, ok := r.wires.Load(key); ok {
 		return b.([]byte), nil
 	}
-	resp, err := r.answer(role, region)
+	resp, err := r.answer(role, region, perList)
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +152,8 @@ func (r *roleRoutes) wire(role, region string) ([]byte, error) {
 	if err != nil {
 		return nil, rpcstatus.New(codes.Internal, rpcstatus.ReasonInternal, "route: encode: %v", err)
 	}
-	if _, listed := r.eps[region]; listed || region == "" {
-		r.wires.Store(region, b)
+	if _, listed := r.eps[region]; (listed || region == "") && perList <= routeWireCacheMax {
+		r.wires.Store(key, b)
 	}
 	return b, nil
 }
@@ -162,20 +193,27 @@ func endpoints(es []*entry) []*willowv1.Endpoint {
 
 // Route answers where a client of a region should send a role's requests:
 // a primary and a secondary list from different regions, the flex
-// snapshot and how long the answer may be cached. It answers from the
-// master's in-memory route index (route_index.go), built from the cached
-// registry snapshot, so it keeps answering while Redis is briefly down.
-// Errors: INVALID_ARGUMENT (role) without a role, UNAVAILABLE
-// (no_healthy_nodes) when no node of the role is healthy.
+// snapshot and how long the answer may be cached. With max_per_list > 0
+// each list holds at most that many endpoints, the least loaded first
+// (the two lists, from different regions, are still both there). It
+// answers from the master's in-memory route index (route_index.go), built
+// from the cached registry snapshot, so it keeps answering while Redis is
+// briefly down. Errors: INVALID_ARGUMENT (role) without a role,
+// INVALID_ARGUMENT (max_per_list) for a cap below 0 or above
+// MaxRoutePerList, UNAVAILABLE (no_healthy_nodes) when no node of the
+// role is healthy.
 func (s *Server) Route(ctx context.Context, req *willowv1.RouteRequest) (*willowv1.RouteResponse, error) {
 	if req.GetRole() == "" {
 		return nil, rpcstatus.New(codes.InvalidArgument, ReasonRole, "route: role missing")
+	}
+	if n := req.GetMaxPerList(); n < 0 || n > MaxRoutePerList {
+		return nil, rpcstatus.New(codes.InvalidArgument, ReasonMaxPerList, "route: max_per_list %d outside 0..%d (0: every endpoint)", n, MaxRoutePerList)
 	}
 	idx, err := s.routeIndex(ctx)
 	if err != nil {
 		return nil, rpcstatus.New(codes.Unavailable, redisconn.ReasonRedis, "route: %v", err)
 	}
-	b, err := idx.wire(req.GetRole(), req.GetRegion(), s.now(), s.hb.seenMs)
+	b, err := idx.wire(req.GetRole(), req.GetRegion(), int(req.GetMaxPerList()), s.now(), s.hb.seenMs)
 	s.met.route(req.GetRole(), err)
 	if err != nil {
 		return nil, err

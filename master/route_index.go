@@ -97,11 +97,12 @@ func (idx *routeIdx) live(role string, now time.Time, seen func(id string) int64
 	return r
 }
 
-// wire is the Route answer for role and region at now, encoded
-// (roleRoutes.wire; Flex and TtlMs unset): the index's shared encoding
-// while every listed node is alive, else one for this call.
-func (idx *routeIdx) wire(role, region string, now time.Time, seen func(id string) int64) ([]byte, error) {
-	return idx.live(role, now, seen).wire(role, region)
+// wire is the Route answer for role and region at now, each list cut to
+// perList endpoints (0: every one), encoded (roleRoutes.wire; Flex and
+// TtlMs unset): the index's shared encoding while every listed node is
+// alive, else one for this call.
+func (idx *routeIdx) wire(role, region string, perList int, now time.Time, seen func(id string) int64) ([]byte, error) {
+	return idx.live(role, now, seen).wire(role, region, perList)
 }
 
 // aliveAt is r without the endpoints whose deadline is past at nowMs and

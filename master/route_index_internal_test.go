@@ -37,7 +37,7 @@ func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := idx.answer(role, region, clock.now(), s.hb.seenMs)
+		resp, err := idx.answer(role, region, 0, clock.now(), s.hb.seenMs)
 		if err != nil {
 			return rpcstatus.Reason(err), idx
 		}
@@ -124,10 +124,10 @@ func TestRouteWireDecodesAsAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(what, role, region string) {
+	check := func(what, role, region string, perList int) {
 		t.Helper()
-		want, werr := idx.answer(role, region, clock.now(), s.hb.seenMs)
-		b, err := idx.wire(role, region, clock.now(), s.hb.seenMs)
+		want, werr := idx.answer(role, region, perList, clock.now(), s.hb.seenMs)
+		b, err := idx.wire(role, region, perList, clock.now(), s.hb.seenMs)
 		if werr != nil || err != nil {
 			if rpcstatus.Reason(err) != rpcstatus.Reason(werr) || rpcstatus.Reason(err) == "" {
 				t.Fatalf("%s: wire error %v, answer error %v", what, err, werr)
@@ -151,13 +151,16 @@ func TestRouteWireDecodesAsAnswer(t *testing.T) {
 		}
 	}
 	for _, region := range []string{"a", "b", "z", ""} {
-		check("all alive", "upload", region)
-		check("all alive, shared encoding", "upload", region)
+		for _, perList := range []int{0, 1, 2, 3} {
+			check("all alive", "upload", region, perList)
+			check("all alive, shared encoding", "upload", region, perList)
+		}
 	}
-	check("no healthy node", "compress", "a")
+	check("no healthy node", "compress", "a", 0)
 	clock.add(1001 * time.Millisecond) // a2 silent: left out at answer time
-	check("a2 silent", "upload", "a")
-	if got, _ := idx.answer("upload", "a", clock.now(), s.hb.seenMs); len(got.GetPrimary()) != 1 {
+	check("a2 silent", "upload", "a", 0)
+	check("a2 silent, one a list", "upload", "a", 1)
+	if got, _ := idx.answer("upload", "a", 0, clock.now(), s.hb.seenMs); len(got.GetPrimary()) != 1 {
 		t.Fatalf("a2 silent: primary %v, want a1 only", ids(got.GetPrimary()))
 	}
 }

@@ -3,6 +3,7 @@ package master
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 // best other region, so the two lists never share a region. It fails with UNAVAILABLE
 // (reason no_healthy_nodes) when no node of the role is healthy.
 func route(entries []*entry, now time.Time, missedAfter time.Duration, role, region string) (*willowv1.RouteResponse, error) {
-	return groupRoutes(entries, now, missedAfter, role).answer(role, region)
+	return groupRoutes(entries, now, missedAfter, role).answer(role, region, 0)
 }
 
 // groupRoutes lists the nodes of role in entries that heartbeat and are
@@ -37,11 +38,12 @@ func groupRoutes(entries []*entry, now time.Time, missedAfter time.Duration, rol
 	return newRoleRoutes(byRegion, nil)
 }
 
-// answer is the index's Route answer for role and region at now, decoded
-// as Route's callers see it (Flex and TtlMs unset): Route sends the same
-// routes encoded (routeIdx.wire).
-func (idx *routeIdx) answer(role, region string, now time.Time, seen func(id string) int64) (*willowv1.RouteResponse, error) {
-	return idx.live(role, now, seen).answer(role, region)
+// answer is the index's Route answer for role and region at now, each
+// list cut to perList endpoints (0: every one), decoded as Route's
+// callers see it (Flex and TtlMs unset): Route sends the same routes
+// encoded (routeIdx.wire).
+func (idx *routeIdx) answer(role, region string, perList int, now time.Time, seen func(id string) int64) (*willowv1.RouteResponse, error) {
+	return idx.live(role, now, seen).answer(role, region, perList)
 }
 
 var t0 = time.UnixMilli(1_700_000_000_000)
@@ -370,6 +372,63 @@ func BenchmarkRoute(b *testing.B) {
 	for b.Loop() {
 		if _, err := route(es, t0, 3*time.Second, "upload", "a"); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestRouteMaxPerList: a capped answer is each list's least loaded
+// endpoints, both lists still from different regions; a cap no shorter
+// than the longest list is the answer with every endpoint, byte for byte;
+// the index keeps the encodings of small caps only.
+func TestRouteMaxPerList(t *testing.T) {
+	entries := []*entry{
+		mk("upload", "a", "a1", StateHealthy, 0, 5), mk("upload", "a", "a2", StateHealthy, 0, 1),
+		mk("upload", "a", "a3", StateHealthy, 0, 3),
+		mk("upload", "b", "b1", StateHealthy, 0, 0), mk("upload", "b", "b2", StateHealthy, 0, 2),
+		mk("upload", "c", "c1", StateHealthy, 0, 0),
+	}
+	for i := range 2 * routeWireCacheMax { // a long list in region d
+		entries = append(entries, mk("upload", "d", fmt.Sprintf("d%02d", i), StateHealthy, 0, int32(i)))
+	}
+	r := groupRoutes(entries, t0, 3*time.Second, "upload")
+	for _, tt := range []struct {
+		region, wantP, wantS string
+		perList              int
+	}{
+		{"a", "a2 a3", "d00 d01", 2},
+		{"a", "a2", "d00", 1}, // d has the most nodes: the best other region
+		{"b", "b1", "d00", 1},
+		{"a", "a2 a3 a1", strings.Join(ids(r.eps["d"]), " "), 0},
+	} {
+		resp, err := r.answer("upload", tt.region, tt.perList)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, s := strings.Join(ids(resp.GetPrimary()), " "), strings.Join(ids(resp.GetSecondary()), " "); p != tt.wantP || s != tt.wantS {
+			t.Errorf("%s, %d a list: primary %q secondary %q, want %q %q", tt.region, tt.perList, p, s, tt.wantP, tt.wantS)
+		}
+		if resp.GetPrimaryRegion() == resp.GetSecondaryRegion() {
+			t.Errorf("%s, %d a list: both lists in region %s", tt.region, tt.perList, resp.GetPrimaryRegion())
+		}
+	}
+	all, err := r.wire("upload", "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, perList := range []int{2 * routeWireCacheMax, MaxRoutePerList} {
+		if b, _ := r.wire("upload", "a", perList); string(b) != string(all) {
+			t.Errorf("a cap of %d (longest list %d): not the answer with every endpoint", perList, 2*routeWireCacheMax)
+		}
+	}
+	for _, tt := range []struct {
+		perList int
+		kept    bool
+	}{{1, true}, {routeWireCacheMax, true}, {routeWireCacheMax + 1, false}} {
+		if _, err := r.wire("upload", "a", tt.perList); err != nil {
+			t.Fatal(err)
+		}
+		if _, kept := r.wires.Load(wireKey{"a", tt.perList}); kept != tt.kept {
+			t.Errorf("cap %d: encoding kept %v, want %v", tt.perList, kept, tt.kept)
 		}
 	}
 }

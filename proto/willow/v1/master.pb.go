@@ -609,10 +609,16 @@ func (x *HeartbeatResponse) GetDrills() []*Drill {
 }
 
 type RouteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
-	Region        string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"` // the caller's region
-	Business      string                 `protobuf:"bytes,3,opt,name=business,proto3" json:"business,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Role     string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	Region   string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"` // the caller's region
+	Business string                 `protobuf:"bytes,3,opt,name=business,proto3" json:"business,omitempty"`
+	// max_per_list, when above 0, caps each list of the answer at that many
+	// endpoints, the least loaded first (a caller that tries only a few, as
+	// the SDK's calls do, need not receive and decode every node of the
+	// role). 0 lists every endpoint (callers that read every node of a
+	// role, as edges finding their peers). At most 10000 (MaxRoutePerList).
+	MaxPerList    int32 `protobuf:"varint,4,opt,name=max_per_list,json=maxPerList,proto3" json:"max_per_list,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -666,6 +672,13 @@ func (x *RouteRequest) GetBusiness() string {
 		return x.Business
 	}
 	return ""
+}
+
+func (x *RouteRequest) GetMaxPerList() int32 {
+	if x != nil {
+		return x.MaxPerList
+	}
+	return 0
 }
 
 type Endpoint struct {
@@ -2591,11 +2604,13 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"reregister\x18\x01 \x01(\bR\n" +
 	"reregister\x12!\n" +
 	"\fflex_version\x18\x02 \x01(\x03R\vflexVersion\x12(\n" +
-	"\x06drills\x18\x03 \x03(\v2\x10.willow.v1.DrillR\x06drills\"V\n" +
+	"\x06drills\x18\x03 \x03(\v2\x10.willow.v1.DrillR\x06drills\"x\n" +
 	"\fRouteRequest\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x1a\n" +
-	"\bbusiness\x18\x03 \x01(\tR\bbusiness\"\x80\x01\n" +
+	"\bbusiness\x18\x03 \x01(\tR\bbusiness\x12 \n" +
+	"\fmax_per_list\x18\x04 \x01(\x05R\n" +
+	"maxPerList\"\x80\x01\n" +
 	"\bEndpoint\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1b\n" +
