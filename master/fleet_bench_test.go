@@ -43,8 +43,11 @@ import (
 // own, not the simulated nodes'.
 const (
 	fleetRedisEnv = "WILLOW_FLEET_MASTER_REDIS"
-	fleetSecret   = "fleet-cluster-secret"
-	fleetOncall   = "fleet-oncall-token"
+	// fleetCallerEnv (the master's address) runs the binary as the
+	// benchmark's Route caller (fleetCaller).
+	fleetCallerEnv = "WILLOW_FLEET_CALLER"
+	fleetSecret    = "fleet-cluster-secret"
+	fleetOncall    = "fleet-oncall-token"
 )
 
 // fleetMaster serves a master with node auth (the cluster secret) and an
@@ -165,6 +168,84 @@ func writeProfile(file, name string, debug int) {
 	if f.Close() == nil && err == nil {
 		_ = os.Rename(file+".tmp", file)
 	}
+}
+
+// fleetRoute is the j-th Route call of a round: a role and region in
+// turn, every other call the SDK's (client.Router's Call and
+// CallSession: the few least loaded endpoints a list), the others for
+// every endpoint, as an edge finding its peers asks.
+func fleetRoute(j int) (req *willowv1.RouteRequest, full bool) {
+	roles, regions := []string{"upload", "upload", "edgecache", "edgecache", "compress"}, []string{"a", "b", "c"}
+	req = &willowv1.RouteRequest{Role: roles[(j/2)%len(roles)], Region: regions[(j/2)%len(regions)]}
+	if full = j%2 == 1; !full {
+		req.MaxPerList = client.DefaultCallPerList
+	}
+	return req, full
+}
+
+// fleetCallerConns is how many connections the Route caller spreads its
+// calls over (callers are many machines, each with its own).
+const fleetCallerConns = 10
+
+// fleetCaller is the benchmark's Route caller, a process of its own as a
+// client is a machine of its own (in the simulator's process a Route
+// answer waited behind the wake-ups of the fleet's 15 000 goroutines
+// before its caller ran). It dials addr as the SDK does (node.Dial), and
+// for each line "round" on stdin makes fleetRoutes calls (fleetRoute),
+// one every 10 ms, each on its own, printing "R FULL NS" for each (FULL
+// 1 for an answer with every endpoint), "E FULL NS ERROR" for a failed
+// one, then "END".
+func fleetCaller(addr string) int {
+	var mcs []willowv1.MasterClient
+	var creds []grpc.CallOption
+	for k := range fleetCallerConns {
+		c, err := node.Dial(addr, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		mcs = append(mcs, willowv1.NewMasterClient(c))
+		creds = append(creds, grpc.PerRPCCredentials(auth.NodeCredentials{Secret: fleetSecret,
+			ID: fmt.Sprintf("fleet-caller-%d", k), Role: "upload", Instance: auth.NewInstance()}))
+	}
+	out := bufio.NewWriter(os.Stdout)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for j := range fleetRoutes {
+			req, full := fleetRoute(j)
+			k := j % fleetCallerConns
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				rs := time.Now()
+				_, err := mcs[k].Route(ctx, req, creds[k])
+				d := time.Since(rs)
+				f := 0
+				if full {
+					f = 1
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					fmt.Fprintf(out, "E %d %d %s/%s max_per_list %d: %s\n", f, d, req.GetRole(), req.GetRegion(), req.GetMaxPerList(),
+						strings.ReplaceAll(err.Error(), "\n", " "))
+				} else {
+					fmt.Fprintf(out, "R %d %d\n", f, d)
+				}
+			}()
+			time.Sleep(time.Second / fleetRoutes)
+		}
+		wg.Wait()
+		fmt.Fprintln(out, "END")
+		if out.Flush() != nil {
+			return 1
+		}
+	}
+	return 0
 }
 
 func redisClient(url string) (*redis.Client, error) {
@@ -352,6 +433,32 @@ func benchFleet(b *testing.B, n int) {
 	}
 	go io.Copy(io.Discard, out)
 	pid := cmd.Process.Pid
+
+	// The Route caller, a process of its own (fleetCaller), unless
+	// WILLOW_FLEET_INPROC_ROUTES=1: then the simulated nodes call Route
+	// on the fleet's connections, in this process, as until session 9.
+	inproc := os.Getenv("WILLOW_FLEET_INPROC_ROUTES") == "1"
+	var callerIn io.Writer
+	var callerOut *bufio.Scanner
+	if !inproc {
+		cc := exec.Command(os.Args[0], "-test.run=^$")
+		cc.Env = append(os.Environ(), fleetCallerEnv+"="+addr)
+		cc.Stderr = os.Stderr
+		cc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		w, err := cc.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := cc.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cc.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = cc.Process.Kill(); _ = cc.Wait() })
+		callerIn, callerOut = w, bufio.NewScanner(r)
+	}
 
 	// The nodes' gRPC addresses answer the master's health probes: one
 	// health server on many listeners, one listener per node, so the
@@ -614,21 +721,42 @@ func benchFleet(b *testing.B, n int) {
 		}
 		seenMu.Unlock()
 		worst = append(worst, w)
-		// Route calls from a node of each role, one every 10 ms over a
-		// second, each on its own (a slow answer does not delay the next
-		// call, as with many independent callers). Every other call is the
-		// SDK's (client.Router's Call and CallSession: the few least loaded
-		// endpoints a list, route-p99-ms), the others ask for every
-		// endpoint, as an edge finding its peers does (route-full-p99-ms).
+		// Route calls, one every 10 ms over a second, each on its own (a
+		// slow answer does not delay the next call, as with many
+		// independent callers): every other one the SDK's (route-p99-ms),
+		// the others for every endpoint (route-full-p99-ms) (fleetRoute).
+		// From the caller's process, or the simulated nodes.
+		if !inproc {
+			if _, err := io.WriteString(callerIn, "round\n"); err != nil {
+				b.Fatalf("Route caller: %v", err)
+			}
+			for callerOut.Scan() && callerOut.Text() != "END" {
+				var kind string
+				var f int
+				var d time.Duration
+				if _, err := fmt.Sscan(callerOut.Text(), &kind, &f, &d); err != nil {
+					b.Fatalf("Route caller: %q: %v", callerOut.Text(), err)
+				}
+				if f == 1 {
+					routeFull = append(routeFull, d)
+				} else {
+					route = append(route, d)
+				}
+				if kind == "E" {
+					routeFailed++
+					b.Logf("Route: %s", callerOut.Text())
+				}
+			}
+			if err := callerOut.Err(); err != nil {
+				b.Fatalf("Route caller: %v", err)
+			}
+			continue
+		}
 		var routing sync.WaitGroup
 		var routeMu sync.Mutex
 		for j := range fleetRoutes {
-			sn, role, region := nodes[(i*fleetRoutes+j)%n], roles[(j/2)%len(roles)], regions[(j/2)%len(regions)]
-			req := &willowv1.RouteRequest{Role: role, Region: region}
-			full := j%2 == 1
-			if !full {
-				req.MaxPerList = client.DefaultCallPerList
-			}
+			sn := nodes[(i*fleetRoutes+j)%n]
+			req, full := fleetRoute(j)
 			routing.Add(1)
 			go func() {
 				defer routing.Done()
@@ -647,7 +775,7 @@ func benchFleet(b *testing.B, n int) {
 				}
 				if err != nil { // counted (route-failed) and logged: the run goes on to show the rest
 					routeFailed++
-					b.Logf("Route %s/%s (max_per_list %d): %v after %v", role, region, req.GetMaxPerList(), err, d)
+					b.Logf("Route %s/%s (max_per_list %d): %v after %v", req.GetRole(), req.GetRegion(), req.GetMaxPerList(), err, d)
 				}
 			}()
 			time.Sleep(time.Second / fleetRoutes)

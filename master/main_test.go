@@ -18,6 +18,9 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(fleetRedisEnv); url != "" {
 		os.Exit(fleetMaster(url)) // BenchmarkFleet's master
 	}
+	if addr := os.Getenv(fleetCallerEnv); addr != "" {
+		os.Exit(fleetCaller(addr)) // BenchmarkFleet's Route caller
+	}
 	if addr := os.Getenv("WILLOW_HELPER_NODE_MASTER"); addr != "" {
 		os.Exit(helperNode(addr, os.Getenv("WILLOW_HELPER_NODE_ID")))
 	}
