@@ -158,7 +158,7 @@ func writeTemp(ctx context.Context, p string, r io.Reader, size int64) (string, 
 	if err != nil {
 		return "", err
 	}
-	n, err := io.Copy(f, ctxio.Reader(ctx, r))
+	n, err := copyFrom(ctx, f, r, size)
 	if err == nil && size >= 0 && n != size {
 		err = fmt.Errorf("got %d bytes, want %d", n, size)
 	}
@@ -173,6 +173,29 @@ func writeTemp(ctx context.Context, p string, r io.Reader, size int64) (string, 
 		return "", err
 	}
 	return f.Name(), nil
+}
+
+// errShortSource: a file section given to Put ends before its length.
+var errShortSource = errors.New("the source file ends before the section's end")
+
+// copyFrom writes r to f. A section of a local file (an *io.SectionReader
+// on an *os.File, as the upload front's staging mirror hands in) of the
+// given size is copied inside the kernel where it can (copyRange), so
+// its bytes are not read into this process and written back out; any
+// other reader, or a section the kernel cannot copy, goes through io.Copy.
+func copyFrom(ctx context.Context, f *os.File, r io.Reader, size int64) (int64, error) {
+	if sr, ok := r.(*io.SectionReader); ok && size >= 0 {
+		if src, off, n := sr.Outer(); n == size {
+			if sf, ok := src.(*os.File); ok {
+				if pos, err := sr.Seek(0, io.SeekCurrent); err == nil && pos == 0 {
+					if k, handled, err := copyRange(ctx, f, sf, off, n); handled {
+						return k, err
+					}
+				}
+			}
+		}
+	}
+	return io.Copy(f, ctxio.Reader(ctx, r))
 }
 
 func (s *Store) info(key, p string) (store.Info, error) {

@@ -218,3 +218,65 @@ func TestPrepare(t *testing.T) {
 		t.Fatal("Prepare of 1 byte declared as 2 succeeded")
 	}
 }
+
+// TestPutFileSection: a section of a local file (copied inside the kernel
+// on Linux) is stored as exactly its bytes, from a file on the store's
+// filesystem or elsewhere, the file's offset untouched; a section running
+// past the file's end stores nothing; a cancelled context stops the copy.
+func TestPutFileSection(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := fs.New(dir + "/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 9<<20+123) // more than one copy step
+	for i := range data {
+		data[i] = byte(i*7 + i>>13)
+	}
+	for _, where := range []string{dir, "/dev/shm"} {
+		f, err := os.CreateTemp(where, "section-*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Seek(5, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		off, n := int64(1<<20+17), int64(7<<20+5)
+		if err := s.Put(ctx, "part/a", io.NewSectionReader(f, off, n), n, "application/octet-stream"); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		rc, info, err := s.Get(ctx, "part/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if info.Size != n || !bytes.Equal(got, data[off:off+n]) {
+			t.Fatalf("%s: stored %d bytes, want bytes [%d, %d) of the file", where, len(got), off, off+n)
+		}
+		if pos, _ := f.Seek(0, io.SeekCurrent); pos != 5 {
+			t.Fatalf("%s: the file's offset moved to %d", where, pos)
+		}
+		long := int64(len(data)) - off + 1
+		if err := s.Put(ctx, "part/b", io.NewSectionReader(f, off, long), long, "application/octet-stream"); err == nil {
+			t.Fatalf("%s: a section past the file's end was stored", where)
+		}
+		if _, err := s.Stat(ctx, "part/b"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s: after a short section: %v, want ErrNotFound", where, err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := s.Put(cctx, "part/c", io.NewSectionReader(f, 0, n), n, "application/octet-stream"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: cancelled Put: %v", where, err)
+		}
+		if _, err := s.Stat(ctx, "part/c"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s: after a cancelled Put: %v, want ErrNotFound", where, err)
+		}
+	}
+}
