@@ -102,7 +102,12 @@
 //   - A first publish of a post (its record was new) holds a delayed
 //     user's item without asking whether the inbox has it, unless the
 //     slot's marks hold the post. A retried or concurrent duplicate
-//     publish asks. So no publish leaves one post both held and in an
+//     publish asks, looking through the inbox's items down to the first
+//     numbered below the post record's time less five minutes (the clock
+//     skew allowed between timeline services) and a second: every script
+//     that numbers items lifts its slot's counter to its clock when the
+//     counter trails it by more than a second, so no item of the post is
+//     numbered lower. So no publish leaves one post both held and in an
 //     inbox, and a release adds to a list without asking it.
 //   - Upgrading from sorted-set inboxes needs no migration step: a
 //     publish or release finds the old inbox by RPUSH's WRONGTYPE and adds

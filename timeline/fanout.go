@@ -32,12 +32,13 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 		first = "1"
 	}
 	groups := s.groups(ts)
-	calls, who := s.nodeCalls(ctx, r, first, groups, ts)
+	since := retrySince(posted)
+	calls, who := s.nodeCalls(ctx, r, first, since, groups, ts)
 	sc := nodeScript
 	if calls == nil {
 		sc = publishScript
 		for _, g := range groups {
-			calls = append(calls, s.slotCall(r, first, g, ts))
+			calls = append(calls, s.slotCall(r, first, since, g, ts))
 			who = append(who, g.users)
 		}
 	}
@@ -59,7 +60,7 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 			var redo []scriptCall
 			users := who[c][:len(done):len(done)]
 			for _, g := range gs {
-				redo = append(redo, s.slotCall(r, redoFirst, g, ts))
+				redo = append(redo, s.slotCall(r, redoFirst, since, g, ts))
 				users = append(users, g.users...)
 			}
 			again, rerr := s.runScripts(ctx, publishScript, redo)
@@ -177,7 +178,7 @@ func (s *Server) appendGroup(args []any, g group, ts []target) []any {
 }
 
 // slotCall is publishScript's call for g.
-func (s *Server) slotCall(r, first string, g group, ts []target) scriptCall {
+func (s *Server) slotCall(r, first string, since int64, g group, ts []target) scriptCall {
 	kv := s.appendGroup(make([]any, 0, 2+2*len(g.users)), g, ts)
 	keys := make([]string, 0, len(kv)+1)
 	keys = append(keys, g.seq, g.dm)
@@ -189,13 +190,13 @@ func (s *Server) slotCall(r, first string, g group, ts []target) scriptCall {
 	for _, k := range kv[2:] {
 		keys = append(keys, k.(string))
 	}
-	return scriptCall{keys: keys, args: []any{r, s.cfg.MaxInbox, s.seqFloor(), kv[1], first, s.rk.prefix, counted}}
+	return scriptCall{keys: keys, args: []any{r, s.cfg.MaxInbox, s.seqFloor(), kv[1], first, s.rk.prefix, counted, since}}
 }
 
 // nodeCalls groups the groups by the master serving their slot (on a
 // Redis Cluster; nil elsewhere) into nodeScript calls of about
 // FanoutBatch users each, and returns them with their users in order.
-func (s *Server) nodeCalls(ctx context.Context, r, first string, groups []group, ts []target) ([]scriptCall, [][]int) {
+func (s *Server) nodeCalls(ctx context.Context, r, first string, since int64, groups []group, ts []target) ([]scriptCall, [][]int) {
 	if s.nodeOf == nil {
 		return nil, nil
 	}
@@ -212,7 +213,7 @@ func (s *Server) nodeCalls(ctx context.Context, r, first string, groups []group,
 		if !ok {
 			c = len(calls)
 			open[node] = c
-			calls = append(calls, scriptCall{keys: []string{g.seq}, args: []any{r, s.cfg.MaxInbox, floor, first, s.rk.prefix}})
+			calls = append(calls, scriptCall{keys: []string{g.seq}, args: []any{r, s.cfg.MaxInbox, floor, first, s.rk.prefix, since}})
 			who = append(who, nil)
 		}
 		calls[c].args = s.appendGroup(calls[c].args, g, ts)

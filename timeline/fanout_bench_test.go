@@ -451,8 +451,9 @@ func BenchmarkTimelineRelease(b *testing.B) {
 // first, so it looks through every follower's inbox before adding
 // (deliverGroup). first=reached: the first attempt delivered to every
 // follower (the retry finds each item among the newest); first=none: it
-// made only the post record (the retry looks through whole inboxes and
-// delivers). Reported as BenchmarkTimelineFanout's, per retry.
+// made only the post record (the retry looks through each inbox down to
+// the items older than the post, here the seeded ones, and delivers).
+// Reported as BenchmarkTimelineFanout's, per retry.
 func BenchmarkTimelineRetry(b *testing.B) {
 	for _, kind := range testenv.RedisKinds {
 		for _, reached := range []bool{true, false} {

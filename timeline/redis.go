@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -119,6 +120,27 @@ func slotTag(slot int) string { return slotTags()[slot] }
 // µs. A slot's counter starts from it, above any inbox score written
 // before the counter.
 func (s *Server) seqFloor() int64 { return s.now().UnixMicro() }
+
+// seqLagMicros is how far (µs) a slot's counter may trail the sequence
+// floor before a script lifts it to the floor (deliverGroup, nextSeq):
+// so every item a script adds has a sequence number no lower than its
+// caller's clock less a second, and a retried publish need not look
+// through a user's older items (retrySince).
+const seqLagMicros = 1_000_000
+
+// maxClockSkew bounds how far the clocks of the timeline services that
+// share a Redis may differ.
+const maxClockSkew = 5 * time.Minute
+
+// retrySince is the lowest sequence number an item of a post whose
+// record was created at posted (ms, by some service's clock) can carry:
+// every publish or release of it ran after posted, on a clock at most
+// maxClockSkew behind, and took a number no lower than its clock less
+// seqLagMicros. A publish that is not the first looks through a list
+// inbox only down to it (inboxHas).
+func retrySince(posted int64) int64 {
+	return (posted-maxClockSkew.Milliseconds())*1000 - seqLagMicros
+}
 
 // slotOwner is the part of *redis.ClusterClient that tells which master
 // serves a key's slot (from its slot map, no round trip).

@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"fmt"
 	"testing"
 
 	"willow/redisconn"
@@ -13,5 +14,12 @@ func TestSlotTags(t *testing.T) {
 		if got := redisconn.Slot(s.seq(slot)); got != slot {
 			t.Fatalf("slot %d's counter %q is in slot %d", slot, s.seq(slot), got)
 		}
+	}
+}
+
+// TestSeqLagLua: the scripts' seqLag is seqLagMicros.
+func TestSeqLagLua(t *testing.T) {
+	if want := fmt.Sprintf("local seqLag = %d\n", seqLagMicros); seqLagLua != want {
+		t.Fatalf("seqLagLua %q, want %q", seqLagLua, want)
 	}
 }

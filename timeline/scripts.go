@@ -53,7 +53,7 @@ var publishScript = redis.NewScript(deliverGroup + `
 local out = {}
 local hn, ib = false, 2
 if ARGV[7] == '1' then hn, ib = KEYS[3], 3 end
-local err = deliverGroup(KEYS, 1, KEYS[2], hn, ib, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], out)
+local err = deliverGroup(KEYS, 1, KEYS[2], hn, ib, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], tonumber(ARGV[8]), out)
 if err then return err end
 return table.concat(out)
 `)
@@ -84,15 +84,15 @@ return table.concat(out)
 // Returns one digit per user, in ARGV order, up to the first slot it
 // could not reach.
 var nodeScript = redis.NewScript(deliverGroup + `
-local ref, maxInbox, floor, fresh, prefix = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5]
+local ref, maxInbox, floor, fresh, prefix, since = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
 local out = {}
-local at = 6
+local at = 7
 local dpre, cut = prefix .. 'dm:', #prefix + 4
 while at <= #ARGV do
   local modes = ARGV[at + 1]
   local n = #modes
   local nh = n - ((string.find(modes, 'h', 1, true) or (n + 1)) - 1)
-  if deliverGroup(ARGV, at, dpre .. string.sub(ARGV[at], cut), false, at + 1, modes, ref, maxInbox, floor, fresh, prefix, out) then break end
+  if deliverGroup(ARGV, at, dpre .. string.sub(ARGV[at], cut), false, at + 1, modes, ref, maxInbox, floor, fresh, prefix, since, out) then break end
   at = at + 2 + n + nh
 end
 return table.concat(out)
@@ -129,14 +129,17 @@ return table.concat(out)
 // lowered afterwards by those it did not, so a call that fails midway
 // leaves it high, never low. A missing count is left missing (and the
 // held sets asked).
-const deliverGroup = inboxHas + `
-local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, out)
+const deliverGroup = seqLagLua + inboxHas + `
+local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, since, out)
   local seq = redis.pcall('INCR', keys[k])
   if type(seq) == 'table' then return seq end
   if seq == 1 then
     seq = floor
     redis.call('SET', keys[k], seq)
     if hn then redis.call('SET', hn, 0, 'NX') end
+  elseif seq < floor - seqLag then
+    seq = floor
+    redis.call('SET', keys[k], seq)
   end
   local score = string.format('%.0f', seq)
   local item = score .. ' ' .. ref
@@ -179,7 +182,7 @@ local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fr
   for i = 1, n do
     local inbox, m, c = keys[ib + i], byte(modes, i)
     if m ~= 104 and not (backlog[i] and (m ~= 97 or redis.call('ZSCORE', hkeys[i], ref))) then
-      if not fresh and inboxHas(inbox, ref) then
+      if not fresh and inboxHas(inbox, ref, since) then
         c = '1'
       else
         local trim = maxInbox > 0 and (seq + i) % 16 == 0
@@ -198,7 +201,7 @@ local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fr
       end
     elseif m == 97 then
       c = '3'
-    elseif not fresh and inboxHas(inbox, ref) then
+    elseif not fresh and inboxHas(inbox, ref, since) then
       c = '1'
     elseif redis.call('ZADD', hkeys[i], 'NX', score, ref) == 0 then
       c = '3'
@@ -213,25 +216,35 @@ end
 `
 
 // inboxHas tells whether inbox holds ref: a list's items are searched
-// from the newest, 100 at a time (a retried publish finds the items of
-// the first attempt among the newest); a sorted set (an inbox from
-// before lists) is asked with ZSCORE. Only a publish that is not a
-// first one pays for it (deliverGroup).
+// from the newest, the newest 8 first and then 100 at a time, down to the first item whose sequence
+// number is below since (a retried publish finds the items of the first
+// attempt among the newest, and none of them is older than since: see
+// seqLag); a sorted set (an inbox from before lists) is asked with
+// ZSCORE. Only a publish that is not a first one pays for it
+// (deliverGroup).
 const inboxHas = `
-local function inboxHas(inbox, ref)
+local function inboxHas(inbox, ref, since)
   local len = redis.pcall('LLEN', inbox)
   if type(len) == 'table' then return redis.call('ZSCORE', inbox, ref) ~= false end
-  local sub, n = string.sub, #ref
-  for hi = -1, -len, -100 do
-    local page = redis.call('LRANGE', inbox, math.max(-len, hi - 99), hi)
+  local sub, find, n = string.sub, string.find, #ref
+  local hi, size = -1, 8
+  while hi >= -len do
+    local page = redis.call('LRANGE', inbox, math.max(-len, hi - size + 1), hi)
     for j = #page, 1, -1 do
       local e = page[j]
       if sub(e, -n) == ref and sub(e, -n - 1, -n - 1) == ' ' then return true end
+      local q = tonumber(sub(e, 1, (find(e, ' ', 1, true) or 1) - 1))
+      if q and q < since then return false end
     end
+    hi, size = hi - size, 100
   end
   return false
 end
 `
+
+// seqLagLua is seqLagMicros for the scripts (TestSeqLagLua keeps the
+// two equal).
+const seqLagLua = "local seqLag = 1000000\n"
 
 // nextSeq starts every script that makes items visible or holds them:
 // seq is one more than the slot's counter KEYS[1], which the script
@@ -244,10 +257,10 @@ end
 // one a script and a slot runs far fewer than one script a µs.
 // (publishScript does the same with one INCR: a counter that answers 1
 // was missing.)
-const nextSeq = `
+const nextSeq = seqLagLua + `
 local function nextSeq(floor)
   local c = tonumber(redis.call('GET', KEYS[1]))
-  if c then return c + 1 end
+  if c and c + 1 >= floor - seqLag then return c + 1 end
   return floor
 end
 `

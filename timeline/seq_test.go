@@ -134,15 +134,19 @@ func TestRetriedPublishAfterRatioChange(t *testing.T) {
 					users = append(users, fmt.Sprintf("r%d", i))
 					follow(t, v.c, users[i], "a")
 				}
-				// The first attempt: the post record, and p1 in the first 10 inboxes.
-				if err := rdb.HSet(ctx, "willow:tl:p:a p1", "t", time.Now().UnixMilli(), "m", "[]", "k", "[]").Err(); err != nil {
+				// The first attempt: the post record, and p1 in the first 10
+				// inboxes, numbered as a publish numbers them (no lower than
+				// its clock less a second); p0 is older than the post.
+				created := time.Now()
+				if err := rdb.HSet(ctx, "willow:tl:p:a p1", "t", created.UnixMilli(), "m", "[]", "k", "[]").Err(); err != nil {
 					t.Fatal(err)
 				}
+				at := created.UnixMicro() - 500_000
 				for _, u := range users[:10] {
 					k := "willow:tl:in:{" + u + "}"
 					var err error
 					if layout == "list" {
-						err = rdb.RPush(ctx, k, "1 a p0", "2 a p1", "3 b p1", "4 a p10").Err()
+						err = rdb.RPush(ctx, k, "1 a p0", fmt.Sprint(at, " a p1"), fmt.Sprint(at+1, " b p1"), fmt.Sprint(at+2, " a p10")).Err()
 					} else {
 						err = rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: "a p1"}).Err()
 					}
@@ -168,6 +172,58 @@ func TestRetriedPublishAfterRatioChange(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestCounterFollowsClock: a slot's counter far behind the clock (here
+// set back by hand) is lifted to it by the next publish and the next
+// release, so every item's number is at least its service's clock less
+// a second: what lets a retried publish look through only the items
+// newer than its post (TestRetriedPublishAfterRatioChange finds them).
+func TestCounterFollowsClock(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	v := start(t, rdb, timeline.Config{})
+	ctx := ctxT(t)
+	held, free := usersAt(0.5, time.Now())
+	follow(t, v.c, held, "a")
+	follow(t, v.c, free, "a")
+	publish(t, v.c, "a", "p0")
+	seqOf := func(u, post string) int64 {
+		t.Helper()
+		items, err := rdb.LRange(ctx, "willow:tl:in:{"+u+"}", 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range items {
+			if f := strings.Fields(it); len(f) == 3 && f[2] == post {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+		t.Fatalf("%s has no %s: %q", u, post, items)
+		return 0
+	}
+	for i, post := range []string{"p1", "p2"} {
+		if err := rdb.Set(ctx, "{willow:tl:}sq", 5, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			v.knobs(0.5, 0)
+		}
+		before := time.Now().UnixMicro() - 1_000_000
+		publish(t, v.c, "a", post)
+		if n := seqOf(free, post); n < before {
+			t.Errorf("%s's %s numbered %d, below the clock less a second (%d)", free, post, n, before)
+		}
+	}
+	if err := rdb.Set(ctx, "{willow:tl:}sq", 5, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().UnixMicro() - 1_000_000
+	v.knobs(0, 1000)
+	waitDrained(t, v.c, 10*time.Second)
+	if n := seqOf(held, "p2"); n < before {
+		t.Errorf("released %s numbered %d, below the clock less a second (%d)", "p2", n, before)
 	}
 }
 
