@@ -1,6 +1,10 @@
 package timeline
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The scripts touch only the keys they are given, and each call's keys
 // share one Redis Cluster slot: a batch of users of one slot (their inbox
@@ -129,7 +133,7 @@ return table.concat(out)
 // lowered afterwards by those it did not, so a call that fails midway
 // leaves it high, never low. A missing count is left missing (and the
 // held sets asked).
-const deliverGroup = seqLagLua + inboxHas + `
+var deliverGroup = seqLagLua + inboxHas + `
 local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, since, out)
   local seq = redis.pcall('INCR', keys[k])
   if type(seq) == 'table' then return seq end
@@ -242,9 +246,8 @@ local function inboxHas(inbox, ref, since)
 end
 `
 
-// seqLagLua is seqLagMicros for the scripts (TestSeqLagLua keeps the
-// two equal).
-const seqLagLua = "local seqLag = 1000000\n"
+// seqLagLua is seqLagMicros for the scripts.
+var seqLagLua = "local seqLag = " + strconv.Itoa(seqLagMicros) + "\n"
 
 // nextSeq starts every script that makes items visible or holds them:
 // seq is one more than the slot's counter KEYS[1], which the script
@@ -257,7 +260,7 @@ const seqLagLua = "local seqLag = 1000000\n"
 // one a script and a slot runs far fewer than one script a µs.
 // (publishScript does the same with one INCR: a counter that answers 1
 // was missing.)
-const nextSeq = seqLagLua + `
+var nextSeq = seqLagLua + `
 local function nextSeq(floor)
   local c = tonumber(redis.call('GET', KEYS[1]))
   if c and c + 1 >= floor - seqLag then return c + 1 end
