@@ -1,8 +1,9 @@
 // Package iostat counts this process's writes and fsyncs to local disk
-// (upload staging, tus temporary files, buffer pools, file journals) and
-// the bytes through the connections it dials, for the resource figures
-// node heartbeats carry (willowv1.Load disk_bytes_written, fsyncs,
-// net_bytes_in/out). Counters are process-wide and cumulative.
+// (upload staging, tus temporary files, buffer pools, file journals, the
+// fs store) and the bytes through the connections it dials, for the
+// resource figures node heartbeats carry (willowv1.Load
+// disk_bytes_written, fsyncs, net_bytes_in/out). Counters are
+// process-wide and cumulative.
 package iostat
 
 import (

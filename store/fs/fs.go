@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"willow/internal/ctxio"
+	"willow/internal/iostat"
 	"willow/store"
 )
 
@@ -87,7 +88,7 @@ func (s *Store) Prepare(ctx context.Context, key string, r io.Reader, size int64
 			}
 			return fmt.Errorf("fs store: put %s: %w", key, err)
 		}
-		if err := syncDir(filepath.Dir(p)); err != nil {
+		if err := iostat.SyncDir(filepath.Dir(p)); err != nil {
 			return fmt.Errorf("fs store: put %s: sync dir: %w", key, err)
 		}
 		return nil
@@ -135,19 +136,10 @@ func (s *Store) AdoptFile(ctx context.Context, key, path string, size int64, con
 		_ = os.Remove(tmp)
 		return fmt.Errorf("fs store: adopt %s: %w", key, err)
 	}
-	if err := syncDir(filepath.Dir(p)); err != nil {
+	if err := iostat.SyncDir(filepath.Dir(p)); err != nil {
 		return fmt.Errorf("fs store: adopt %s: %w", key, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // writeTemp writes r to a new temporary file next to p and fsyncs it; it
@@ -159,11 +151,12 @@ func writeTemp(ctx context.Context, p string, r io.Reader, size int64) (string, 
 		return "", err
 	}
 	n, err := copyFrom(ctx, f, r, size)
+	iostat.Wrote(int(n))
 	if err == nil && size >= 0 && n != size {
 		err = fmt.Errorf("got %d bytes, want %d", n, size)
 	}
 	if err == nil {
-		err = f.Sync()
+		err = iostat.Sync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
