@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"runtime/trace"
 	"sort"
@@ -78,19 +80,24 @@ func fleetMaster(redisURL string) int {
 	}
 	ctx := context.Background()
 	go s.Run(ctx)
-	if p, hp, tp := os.Getenv("WILLOW_FLEET_CPUPROFILE"), os.Getenv("WILLOW_FLEET_HEAPPROFILE"), fleetTraceFile("master"); p != "" || hp != "" || tp != "" {
+	if p, hp, tp, rp := os.Getenv("WILLOW_FLEET_CPUPROFILE"), os.Getenv("WILLOW_FLEET_HEAPPROFILE"), fleetTraceFile("master"), os.Getenv(fleetRuntimeEnv); p != "" || hp != "" || tp != "" || rp != "" {
 		// The master's profiles of the measured part of the run: the
 		// benchmark sends SIGUSR1 when it starts measuring, SIGUSR2 when
 		// it stops. The CPU profile covers the measured part; the heap
 		// profile (and HEAPPROFILE.goroutines, every goroutine's stack)
-		// is taken at its end.
+		// is taken at its end; the runtime's own figures (fleetRuntime)
+		// are the measured part's.
 		sig := make(chan os.Signal, 2)
 		signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
 		go func() {
 			var f, tf *os.File
+			var rt0 []metrics.Sample
 			for s := range sig {
 				switch {
 				case s == syscall.SIGUSR1:
+					if rp != "" {
+						rt0 = readRuntime()
+					}
 					if f == nil && p != "" {
 						if f, err = os.Create(p + ".tmp"); err == nil && pprof.StartCPUProfile(f) != nil {
 							f.Close()
@@ -115,6 +122,9 @@ func fleetMaster(redisURL string) int {
 						writeProfile(hp+".goroutines", "goroutine", 1)
 						writeProfile(hp, "heap", 0)
 					}
+					if rp != "" && rt0 != nil {
+						writeRuntime(rp, rt0, readRuntime())
+					}
 				}
 			}
 		}()
@@ -125,6 +135,83 @@ func fleetMaster(redisURL string) int {
 		return 1
 	}
 	return 0
+}
+
+// fleetRuntimeEnv names the file where the fleet master writes its
+// runtime's figures of the measured part (writeRuntime): the benchmark
+// sets it in every run.
+const fleetRuntimeEnv = "WILLOW_FLEET_RUNTIME"
+
+// fleetRuntime are the runtime/metrics the fleet master reports of the
+// measured part: how long its goroutines waited runnable for a P (the
+// Go scheduler's latency, which a Route call meets at each hop: the
+// transport's reader, the handler, the writer), its goroutines, GC
+// cycles and the GC's share of its CPU, and its live heap.
+var fleetRuntime = []string{
+	"/sched/latencies:seconds",
+	"/sched/goroutines:goroutines",
+	"/gc/cycles/total:gc-cycles",
+	"/cpu/classes/gc/total:cpu-seconds",
+	"/cpu/classes/total:cpu-seconds",
+	"/gc/heap/live:bytes",
+	"/sched/pauses/total/gc:seconds",
+}
+
+func readRuntime() []metrics.Sample {
+	s := make([]metrics.Sample, len(fleetRuntime))
+	for i, n := range fleetRuntime {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	return s
+}
+
+// writeRuntime writes "NAME VALUE" lines of the measured part (a, then
+// b) to file, whole by rename: the scheduler latency's p50, p99, p99.9
+// and max bucket (µs, from the histogram's difference), the goroutines
+// and live heap at the end, the GC cycles and the GC's share of the CPU
+// in between, and the GC pauses' p99 and max (µs).
+func writeRuntime(file string, a, b []metrics.Sample) {
+	var out strings.Builder
+	hq := func(name string, i int, qs ...float64) {
+		labels := map[float64]string{0.5: "p50", 0.99: "p99", 0.999: "p999", 1: "max"}
+		h0, h1 := a[i].Value.Float64Histogram(), b[i].Value.Float64Histogram()
+		counts := make([]uint64, len(h1.Counts))
+		var total uint64
+		for k := range counts {
+			counts[k] = h1.Counts[k] - h0.Counts[k]
+			total += counts[k]
+		}
+		for _, q := range qs {
+			v := 0.0
+			if total > 0 {
+				want := uint64(math.Ceil(q * float64(total)))
+				var seen uint64
+				for k, c := range counts {
+					seen += c
+					if seen >= max(want, 1) {
+						v = h1.Buckets[k+1] // the bucket's upper bound
+						if math.IsInf(v, 1) {
+							v = h1.Buckets[k]
+						}
+						break
+					}
+				}
+			}
+			fmt.Fprintf(&out, "%s-%s-us %g\n", name, labels[q], v*1e6)
+		}
+	}
+	hq("master-sched", 0, 0.5, 0.99, 0.999, 1)
+	hq("master-gc-pause", 6, 0.99, 1)
+	fmt.Fprintf(&out, "master-goroutines %d\n", b[1].Value.Uint64())
+	fmt.Fprintf(&out, "master-gc-cycles %d\n", b[2].Value.Uint64()-a[2].Value.Uint64())
+	if cpu := b[4].Value.Float64() - a[4].Value.Float64(); cpu > 0 {
+		fmt.Fprintf(&out, "master-gc-cpu-share %g\n", (b[3].Value.Float64()-a[3].Value.Float64())/cpu)
+	}
+	fmt.Fprintf(&out, "master-heap-live-mib %g\n", float64(b[5].Value.Uint64())/(1<<20))
+	if os.WriteFile(file+".tmp", []byte(out.String()), 0o644) == nil {
+		_ = os.Rename(file+".tmp", file)
+	}
 }
 
 // fleetTraceFile is where a process of the fleet benchmark writes its
@@ -415,7 +502,8 @@ func benchFleet(b *testing.B, n int) {
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	rd := testenv.StartRedis(b)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fleetRedisEnv+"="+rd.URL)
+	runtimeFile := b.TempDir() + "/master-runtime"
+	cmd.Env = append(os.Environ(), fleetRedisEnv+"="+rd.URL, fleetRuntimeEnv+"="+runtimeFile)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -673,20 +761,20 @@ func benchFleet(b *testing.B, n int) {
 		stopOnce.Do(func() {
 			_ = cmd.Process.Signal(syscall.SIGUSR2)
 			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				if fileMissing(profile) || fileMissing(heapProfile) || fileMissing(heapProfile+".goroutines") || fileMissing(masterTrace) {
+				if fileMissing(profile) || fileMissing(heapProfile) || fileMissing(heapProfile+".goroutines") || fileMissing(masterTrace) || fileMissing(runtimeFile) {
 					continue
 				}
 				return
 			}
 		})
 	}
-	if profile != "" || heapProfile != "" || masterTrace != "" {
-		for _, f := range []string{profile, heapProfile, heapProfile + ".goroutines", masterTrace} {
+	for _, f := range []string{profile, heapProfile, heapProfile + ".goroutines", masterTrace, runtimeFile} {
+		if f != "" && f != ".goroutines" {
 			_ = os.Remove(f)
 		}
-		_ = cmd.Process.Signal(syscall.SIGUSR1)
-		b.Cleanup(stopProfile) // before the master is killed, also when the run fails
 	}
+	_ = cmd.Process.Signal(syscall.SIGUSR1)
+	b.Cleanup(stopProfile) // before the master is killed, also when the run fails
 	b.ResetTimer()
 	for i := 0; i < max(b.N, fleetChanges); i++ {
 		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
@@ -786,9 +874,7 @@ func benchFleet(b *testing.B, n int) {
 	if simTrace != nil {
 		stopTrace(simTrace, fleetTraceFile("sim"))
 	}
-	if profile != "" || heapProfile != "" || masterTrace != "" {
-		stopProfile()
-	}
+	stopProfile()
 	wait1, simWait1 := runqueueWait(pid), runqueueWait(os.Getpid())
 	cpu1, rss, err := procStat(pid)
 	if err != nil {
@@ -831,6 +917,16 @@ func benchFleet(b *testing.B, n int) {
 	b.ReportMetric(float64(hbSkipped.Load()-skipped0)/elapsed.Seconds(), "heartbeats-skipped/s")
 	b.ReportMetric(float64(missed), "watchers-missed")
 	b.ReportMetric(float64(routeFailed), "route-failed")
+	// The master's runtime figures of the measured part (writeRuntime).
+	if rt, err := os.ReadFile(runtimeFile); err == nil {
+		for _, l := range strings.Split(strings.TrimSpace(string(rt)), "\n") {
+			var name string
+			var v float64
+			if _, err := fmt.Sscan(l, &name, &v); err == nil {
+				b.ReportMetric(v, name)
+			}
+		}
+	}
 	b.ReportMetric(0, "ns/op")
 	cancel()
 }
