@@ -191,7 +191,8 @@ type Deps struct {
 	// Logger; default the node's.
 	Logger *slog.Logger
 	// Prober health-checks a node's gRPC address; default a gRPC health
-	// Check over a cached connection, with the Node's ClientTLS.
+	// Check over a cached HTTP/2 connection (no grpc.ClientConn: h2Prober),
+	// with the Node's ClientTLS.
 	Prober Prober
 }
 
@@ -257,7 +258,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.log = deps.Node.Logger()
 	}
 	if s.prober == nil {
-		s.prober = newGRPCProber(deps.Node.Config().ClientTLS)
+		s.prober = newH2Prober(deps.Node.Config().ClientTLS)
 	}
 	s.met = newMetrics(deps.Node.Registry())
 	ops, err := operators(deps.Node.Guard().Operators(), cfg.Operators, cfg.OncallToken)
