@@ -34,7 +34,10 @@
 // master's, one slot's counter and users after another, since 5000
 // followers fall in ~4300 slots; where the client's slot map is stale
 // the users of a slot the script cannot reach are sent one slot a
-// script), all pipelined, then indexes the users now holding the post;
+// script), all pipelined; the users now holding the post are indexed
+// behind the scripts in their pipeline on one server (it runs them in
+// order), in a step after the scripts on a cluster (and for a user held
+// behind a backlog);
 // a release step takes tokens and picks users (one script on the shared
 // keys), moves their items (one script per slot, pipelined), then
 // updates the index and gives back unused tokens.
@@ -49,9 +52,12 @@
 //     publish reads no inbox for its newest score.) The inbox list is in
 //     sequence order, so Poll finds the cursor by binary search.
 //   - An inbox keeps the newest MaxInbox items: a release trims it
-//     exactly, a delivery on about one time in 16 (so no delivery pays
-//     for a trim it does not need), so between trims an inbox holds up
-//     to about 15 items more; Poll reads among the newest MaxInbox only.
+//     exactly, a delivery when its RPUSH makes the list MaxInbox +
+//     min(32, ceil(MaxInbox/16)) long (one delivery in 32 at the default
+//     1000, so no delivery pays for a trim it does not need), so between
+//     trims an inbox holds up to 31 items more (a sorted-set inbox from
+//     before lists: trimmed on about one delivery in 16, up to about 15
+//     more); Poll reads among the newest MaxInbox only.
 //   - Publish is idempotent per (author, post ID): a retry, or a concurrent
 //     duplicate, yields one item per inbox; the first publish's media and
 //     time win. A list does not refuse a repeat, so a publish that is not
@@ -91,14 +97,21 @@
 //     release. All release state lives in Redis: a restarted service
 //     simply continues.
 //   - Every user with held items is in the held index: publishing indexes
-//     after holding, and a release that empties a user's held set drops
-//     the user and then looks at the set again (a publish in between is
-//     put back). A publish that fails midway returns an error; retrying
-//     it (publish is idempotent) indexes what it held. The held count is
-//     a counter beside the sets: a publish that dies between its two
-//     steps leaves it short by what it held, as does a cluster script
-//     that fails midway on a slot migrating under it (its users are
-//     redone and found already held).
+//     after holding (on one server behind the scripts in their pipeline,
+//     and again behind scripts resent for NOSCRIPT; on a cluster, and for
+//     a user held behind a backlog, in a step after them), and a release
+//     that empties a user's held set drops the user and then looks at the
+//     set again (a publish in between is put back). A publish that fails
+//     midway returns an error; retrying it (publish is idempotent)
+//     indexes what it held, the index being written for items found
+//     already held too. (On one server a user to hold is indexed even
+//     where the post was in their inbox already, a retry after the ratio
+//     went up: a release step that picks them drops them again.) The
+//     held count is a counter beside the sets: on one server the script
+//     that holds adds to it; on a cluster a publish that dies between its
+//     two steps leaves it short by what it held, as does a script that
+//     fails midway on a slot migrating under it (its users are redone and
+//     found already held).
 //   - A first publish of a post (its record was new) holds a delayed
 //     user's item without asking whether the inbox has it, unless the
 //     slot's marks hold the post. A retried or concurrent duplicate

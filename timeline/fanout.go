@@ -18,14 +18,19 @@ type target struct {
 // post record was new, see publishScript) for targets: one
 // publishScript per slot's users (at most FanoutBatch a script), or on a
 // Redis Cluster one nodeScript per master's users, all in one pipeline;
-// then it adds the users now holding it to the shared held index. It
-// returns the delivered and held counts, repeats included.
+// the users now holding it are added to the shared held index: on one
+// server the users to hold behind the scripts in their pipeline
+// (indexHolds: no round trip of its own), and those held behind a
+// backlog (rare: a user still holding items after the ratio came down)
+// and, on a cluster, every held user, in a pipeline after the scripts.
+// It returns the delivered and held counts, repeats included.
 //
-// The index is written after the held sets, never before: a release that
-// empties a user's held set drops the user from the index and then looks
-// at the held set again (Server.reindex), so a post held in between is
-// seen by one of the two. A publish that fails between the two steps
-// returns an error; its retry indexes the user again.
+// The index is written after the held sets, never before:
+// a release that empties a user's held set drops the user from the
+// index and then looks at the held set again (Server.reindex), so a
+// post held in between is seen by one of the two. A publish that fails
+// between the two steps returns an error; its retry indexes the user
+// again.
 func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool, ts []target) (delivered, held int, err error) {
 	first := "0"
 	if fresh {
@@ -35,14 +40,18 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 	since := retrySince(posted)
 	calls, who := s.nodeCalls(ctx, r, first, since, groups, ts)
 	sc := nodeScript
+	var index func(redis.Pipeliner)
 	if calls == nil {
 		sc = publishScript
 		for _, g := range groups {
 			calls = append(calls, s.slotCall(r, first, since, g, ts))
 			who = append(who, g.users)
 		}
+		if !s.cluster {
+			index = s.indexHolds(ctx, posted, ts)
+		}
 	}
-	cmds, err := s.runScripts(ctx, sc, calls)
+	cmds, err := s.runScripts(ctx, sc, calls, index)
 	if sc == nodeScript {
 		// A slot moved: send the users a call did not reach one slot a
 		// script (all of them, fresh or not, when the call failed).
@@ -63,7 +72,7 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 				redo = append(redo, s.slotCall(r, redoFirst, since, g, ts))
 				users = append(users, g.users...)
 			}
-			again, rerr := s.runScripts(ctx, publishScript, redo)
+			again, rerr := s.runScripts(ctx, publishScript, redo, nil)
 			if rerr != nil {
 				return 0, 0, rerr
 			}
@@ -79,6 +88,10 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 	if err != nil {
 		return 0, 0, err
 	}
+	// On one server the users to hold were indexed behind the scripts
+	// (indexHolds) and the scripts counted what they held; the others
+	// held, behind a backlog, and every user held on a cluster (where the
+	// index's slot is another's) are indexed and counted below.
 	var units, ages []redis.Z
 	newHeld := 0
 	for c, cmd := range cmds {
@@ -92,10 +105,15 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 			case '0', '1':
 				delivered++
 			case '2':
-				newHeld++
+				if s.cluster { // one server: the script counted it
+					newHeld++
+				}
 				fallthrough
 			case '3':
 				held++
+				if !s.cluster && t.mode == "h" {
+					continue
+				}
 				units = append(units, redis.Z{Score: t.unit, Member: t.user})
 				ages = append(ages, redis.Z{Score: float64(posted), Member: t.user})
 			}
@@ -114,6 +132,31 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 		}
 	}
 	return delivered, held, nil
+}
+
+// indexHolds returns the commands that add the targets to hold (mode
+// "h") to the shared held index, as a publish on one server sends them
+// in its scripts' pipeline, behind the scripts: one server runs a
+// pipeline's commands in order, so the index is written after the held
+// sets, and the index costs no round trip of its own. A user to hold
+// whose inbox had the post already (a retry after the ratio went up) is
+// indexed with nothing held; a release step that picks them finds
+// nothing and drops them again. nil when no target is to be held.
+func (s *Server) indexHolds(ctx context.Context, posted int64, ts []target) func(redis.Pipeliner) {
+	var units, ages []redis.Z
+	for _, t := range ts {
+		if t.mode == "h" {
+			units = append(units, redis.Z{Score: t.unit, Member: t.user})
+			ages = append(ages, redis.Z{Score: float64(posted), Member: t.user})
+		}
+	}
+	if len(units) == 0 {
+		return nil
+	}
+	return func(p redis.Pipeliner) {
+		p.ZAdd(ctx, s.rk.heldUnits(), units...)
+		p.ZAddLT(ctx, s.rk.heldAges(), ages...)
+	}
 }
 
 // group is one script's worth of one slot's users: the slot's sequence
@@ -177,14 +220,15 @@ func (s *Server) appendGroup(args []any, g group, ts []target) []any {
 	return args
 }
 
-// slotCall is publishScript's call for g.
+// slotCall is publishScript's call for g. On one server (g.held set)
+// the script also adds the items it holds to the shared held count.
 func (s *Server) slotCall(r, first string, since int64, g group, ts []target) scriptCall {
 	kv := s.appendGroup(make([]any, 0, 2+2*len(g.users)), g, ts)
-	keys := make([]string, 0, len(kv)+1)
+	keys := make([]string, 0, len(kv)+2)
 	keys = append(keys, g.seq, g.dm)
 	counted := "0"
 	if g.held != "" {
-		keys = append(keys, g.held)
+		keys = append(keys, g.held, s.rk.heldCount())
 		counted = "1"
 	}
 	for _, k := range kv[2:] {

@@ -213,23 +213,27 @@ func addFollowers(b *testing.B, rdb redis.UniversalClient, author string, f int)
 }
 
 // fillInboxes gives each of the f followers addFollowers made an inbox of
-// n items, as a long-running feed has (n = MaxInbox: full): items
-// "J user-K pJ" (other authors' posts, the size of a real ref) with
-// sequence numbers J = 1..n, below any a publish hands out. One inbox is
-// built with RPUSH and copied to the others with DUMP and RESTORE,
-// pipelined (1000 keys a pipeline); then every inbox's LLEN is checked,
-// so a seed that fell short fails the benchmark instead of measuring
-// small inboxes. On an append-only server it then rewrites the AOF and
+// n items or a few more, as a long-running feed has (n = MaxInbox: full;
+// a delivery trims a list back to MaxInbox when it makes it MaxInbox +
+// 32 long, so follower i's inbox gets n + i%32 items, and a run's
+// publishes meet their share of trims): items "J user-K pJ" (other
+// authors' posts, the size of a real ref) with sequence numbers J =
+// 1..n+31, below any a publish hands out. The first n items are built
+// in one inbox with RPUSH and copied to the others with DUMP and
+// RESTORE, the extra ones pushed, pipelined (1000 keys a pipeline);
+// then every inbox's LLEN is checked, so a seed that fell short fails
+// the benchmark instead of measuring small inboxes. On an append-only server it then rewrites the AOF and
 // waits for the rewrite to end, so the one the seed's volume triggers
 // does not run during the measurement.
 func fillInboxes(b *testing.B, rdb redis.UniversalClient, f, n int) {
 	ctx := context.Background()
 	inbox := func(i int) string { return fmt.Sprintf("willow:tl:in:{user-%d}", i) }
-	items := make([]any, n)
+	const over = 32 // deliverGroup's trim slack at MaxInbox 1000
+	items := make([]any, n+over-1)
 	for j := range items {
 		items[j] = fmt.Sprintf("%d user-%d p%d", j+1, 10000+j%500, 1000000+j)
 	}
-	if err := rdb.RPush(ctx, inbox(0), items...).Err(); err != nil {
+	if err := rdb.RPush(ctx, inbox(0), items[:n]...).Err(); err != nil {
 		b.Fatal(err)
 	}
 	blob, err := rdb.Dump(ctx, inbox(0)).Result()
@@ -247,6 +251,18 @@ func fillInboxes(b *testing.B, rdb redis.UniversalClient, f, n int) {
 		}
 	}
 	for a := 0; a < f; a += 1000 {
+		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := a; i < min(f, a+1000); i++ {
+				if i%over > 0 {
+					p.RPush(ctx, inbox(i), items[n:n+i%over]...)
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for a := 0; a < f; a += 1000 {
 		var lens []*redis.IntCmd
 		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := a; i < min(f, a+1000); i++ {
@@ -257,8 +273,8 @@ func fillInboxes(b *testing.B, rdb redis.UniversalClient, f, n int) {
 			b.Fatal(err)
 		}
 		for k, c := range lens {
-			if c.Val() != int64(n) {
-				b.Fatalf("inbox of user-%d holds %d items after the seed, want %d", a+k, c.Val(), n)
+			if want := int64(n + (a+k)%over); c.Val() != want {
+				b.Fatalf("inbox of user-%d holds %d items after the seed, want %d", a+k, c.Val(), want)
 			}
 		}
 	}

@@ -183,11 +183,16 @@ type scriptCall struct {
 // per master, in parallel) and returns the results in order, and the
 // first call's error if any failed (the results then say which). Calls that
 // find the script missing on their node (NOSCRIPT: a restarted or new
-// node) are sent again with the script's body.
-func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
+// node) are sent again with the script's body. after (nil: none) adds
+// commands behind the calls, to the same pipeline, and again behind
+// calls sent again, so they run after every call that ran (one server
+// only: a cluster pipeline's commands to different masters run in no
+// order); their error, if the calls had none, is returned.
+func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scriptCall, after func(redis.Pipeliner)) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(calls))
+	var afterErr error
 	send := func(idx []int, eval bool) error {
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cs, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
 				if eval {
 					cmds[i] = sc.Eval(ctx, p, calls[i].keys, calls[i].args...)
@@ -195,8 +200,17 @@ func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scrip
 					cmds[i] = sc.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
 				}
 			}
+			if after != nil {
+				after(p)
+			}
 			return nil
 		})
+		afterErr = nil
+		for _, c := range cs[len(idx):] {
+			if c.Err() != nil && afterErr == nil {
+				afterErr = c.Err()
+			}
+		}
 		return err
 	}
 	all := make([]int, len(calls))
@@ -218,6 +232,9 @@ func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scrip
 		if err := c.Err(); err != nil {
 			return cmds, err
 		}
+	}
+	if afterErr != nil {
+		return cmds, fmt.Errorf("held index: %w", afterErr)
 	}
 	return cmds, nil
 }

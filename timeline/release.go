@@ -154,7 +154,7 @@ func (s *Server) move(ctx context.Context, users []string, budget int) (int, err
 			}
 		}
 	}
-	cmds, err := s.runScripts(ctx, moveScript, calls)
+	cmds, err := s.runScripts(ctx, moveScript, calls, nil)
 	if err != nil {
 		return 0, err
 	}

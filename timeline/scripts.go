@@ -16,10 +16,11 @@ import (
 
 // publishScript delivers or holds one post for a batch of users.
 //
-// KEYS: the slot's sequence counter, its duplicate marks (dupMarks), its
-// held count (one server only: a Redis Cluster keeps none, see below),
-// then the n users' inboxes, then the held sets of the users to hold
-// (mode "h", who come last). ARGV: ref ("AUTHOR POST"), max inbox, the
+// KEYS: the slot's sequence counter, its duplicate marks (dupMarks), on
+// one server only its held count and the shared held item count (hc: a
+// Redis Cluster keeps no slot count, see below, and hc is in another
+// slot), then the n users' inboxes, then the held sets of the users to
+// hold (mode "h", who come last). ARGV: ref ("AUTHOR POST"), max inbox, the
 // sequence floor (the caller's clock in µs), the users' modes as one
 // string of n letters: "a" the author (always delivered), "d" deliver
 // (unless the user has a backlog), "h" hold; ARGV[5] "1": a first
@@ -27,9 +28,11 @@ import (
 // post yet unless a duplicate publish marked it (see deliverGroup) and
 // the inboxes are not asked; ARGV[6] the key prefix (Config.KeyPrefix),
 // from which the script names the other users' held sets (same hash tag
-// as their inbox: the same slot); ARGV[7] "1": KEYS[3] is the held
-// count. Returns one digit per user, as one string: 0 delivered, 1
-// already delivered, 2 held, 3 already held.
+// as their inbox: the same slot); ARGV[7] "1": one server, KEYS[3] and
+// KEYS[4] are the slot's held count and hc, to which the script adds
+// the items it held; ARGV[8] the lowest sequence number a retry looks
+// through an inbox down to (retrySince). Returns one digit per user, as
+// one string: 0 delivered, 1 already delivered, 2 held, 3 already held.
 //
 // It is the publish's cost per follower, so it issues as few commands as
 // it can, and its arguments and reply are a few bytes a user. Every item
@@ -49,15 +52,21 @@ import (
 // scripts carry the users of one slot (~1.2 of 5000 followers), for
 // whom one EXISTS costs what reading and raising a count would. A held
 // follower costs one ZADD NX to its held set (and, on a retried
-// publish, a look through its inbox first). The inbox is trimmed to max
-// inbox on about one delivery in 16 ((seq + i) % 16 == 0), so it runs a
-// few items over between trims. A user holding items gets new ones held
-// too, so posts reach the inbox in publish order.
+// publish, a look through its inbox first); on one server the held
+// index's ZADDs go behind the scripts in their pipeline
+// (Server.indexHolds), so a publish has no round trip for them. The inbox
+// list is trimmed back to max inbox when RPUSH makes it max inbox +
+// min(32, ceil(max inbox/16)) long (one delivery in 32 at the default
+// 1000, each LTRIM dropping 32 items: about the cost of dropping one),
+// so it runs up to 31 items over between trims; a sorted-set inbox from
+// before lists is trimmed on about one delivery in 16. A user holding
+// items gets new ones held too, so posts reach the inbox in publish
+// order.
 var publishScript = redis.NewScript(deliverGroup + `
 local out = {}
-local hn, ib = false, 2
-if ARGV[7] == '1' then hn, ib = KEYS[3], 3 end
-local err = deliverGroup(KEYS, 1, KEYS[2], hn, ib, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], tonumber(ARGV[8]), out)
+local hn, hc, ib = false, false, 2
+if ARGV[7] == '1' then hn, hc, ib = KEYS[3], KEYS[4], 4 end
+local err = deliverGroup(KEYS, 1, KEYS[2], hn, ib, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], tonumber(ARGV[8]), out, hc)
 if err then return err end
 return table.concat(out)
 `)
@@ -96,7 +105,7 @@ while at <= #ARGV do
   local modes = ARGV[at + 1]
   local n = #modes
   local nh = n - ((string.find(modes, 'h', 1, true) or (n + 1)) - 1)
-  if deliverGroup(ARGV, at, dpre .. string.sub(ARGV[at], cut), false, at + 1, modes, ref, maxInbox, floor, fresh, prefix, since, out) then break end
+  if deliverGroup(ARGV, at, dpre .. string.sub(ARGV[at], cut), false, at + 1, modes, ref, maxInbox, floor, fresh, prefix, since, out, false) then break end
   at = at + 2 + n + nh
 end
 return table.concat(out)
@@ -104,8 +113,9 @@ return table.concat(out)
 
 // deliverGroup is the body of publishScript and nodeScript: one slot's
 // users. keys[k] is the slot's counter, dm its duplicate marks, hn the
-// name of its held count (false: none kept), keys[ib+i] user i's inbox,
-// and for the nh users to hold (the last, i > n - nh) keys[ib+n+i-(n-nh)]
+// name of its held count (false: none kept), hc the shared held item
+// count to add what it holds to (false: the caller does), keys[ib+i] user
+// i's inbox, and for the nh users to hold (the last, i > n - nh) keys[ib+n+i-(n-nh)]
 // their held set (n = #modes). The other users' held sets are named from
 // their inbox: prefix .. 'h:' and the inbox key's hash tag. It appends
 // one code a user to out and returns nil, or the error of the counter's
@@ -134,7 +144,7 @@ return table.concat(out)
 // leaves it high, never low. A missing count is left missing (and the
 // held sets asked).
 var deliverGroup = seqLagLua + inboxHas + `
-local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, since, out)
+local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, since, out, hc)
   local seq = redis.pcall('INCR', keys[k])
   if type(seq) == 'table' then return seq end
   if seq == 1 then
@@ -183,23 +193,23 @@ local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fr
   for i = nd + 1, n do hkeys[i] = keys[hb + i] end
   if count and may > 0 then redis.call('INCRBY', hn, may) end
   local added = 0
+  local slack = math.min(32, math.ceil(maxInbox / 16))
   for i = 1, n do
     local inbox, m, c = keys[ib + i], byte(modes, i)
     if m ~= 104 and not (backlog[i] and (m ~= 97 or redis.call('ZSCORE', hkeys[i], ref))) then
       if not fresh and inboxHas(inbox, ref, since) then
         c = '1'
       else
-        local trim = maxInbox > 0 and (seq + i) % 16 == 0
         local r = redis.pcall('RPUSH', inbox, item)
         if type(r) ~= 'table' then
-          if trim then redis.call('LTRIM', inbox, -maxInbox, -1) end
+          if maxInbox > 0 and r >= maxInbox + slack then redis.call('LTRIM', inbox, -maxInbox, -1) end
           c = '0'
         elseif not string.find(r.err, 'WRONGTYPE', 1, true) then
           error(r.err)
         elseif redis.call('ZADD', inbox, 'NX', score, ref) == 0 then
           c = '1'
         else
-          if trim then redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1)) end
+          if maxInbox > 0 and (seq + i) % 16 == 0 then redis.call('ZREMRANGEBYRANK', inbox, 0, -(maxInbox + 1)) end
           c = '0'
         end
       end
@@ -216,6 +226,7 @@ local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fr
     out[#out + 1] = c
   end
   if count and may > added then redis.call('DECRBY', hn, may - added) end
+  if hc and added > 0 then redis.call('INCRBY', hc, added) end
 end
 `
 

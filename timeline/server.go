@@ -71,8 +71,9 @@ type Config struct {
 	// may not hold '{' or '}': the keys carry their own hash tags.
 	KeyPrefix string `yaml:"key_prefix"`
 	// MaxInbox is the number of items kept per inbox (oldest dropped
-	// first; a delivery trims on about one time in 16, see the package
-	// doc); default DefaultMaxInbox.
+	// first; a delivery trims when the inbox is min(32, MaxInbox/16
+	// rounded up) items over, see the package doc); default
+	// DefaultMaxInbox.
 	MaxInbox int `yaml:"max_inbox"`
 	// ReleaseBatch is the most items one release step moves; default
 	// DefaultReleaseBatch.
