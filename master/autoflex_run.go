@@ -57,6 +57,11 @@ type autoState struct {
 	autoSig    map[string]float64 // the last sample
 	edgeOut    map[string]edgeSample
 	windows    map[string]*rateWindow // node id + "/" + signal -> the node's last heartbeats' rates
+	// The image codecs in force by region and group under the flex state
+	// codecSnap, and the lowest level's: sampleSignals' cache.
+	codecSnap   *willowv1.FlexState
+	codecs      map[[2]string]string
+	normalCodec string
 	// signals, when set (tests), replaces sampleSignals.
 	signals func() map[string]float64
 }
@@ -269,8 +274,14 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
-	snap := s.flexSnapshot()
+	return s.signalsFrom(s.now(), v.entries, s.flexSnapshot()), nil
+}
+
+// signalsFrom computes the signals at now from the nodes' entries (their
+// last heartbeats) and the flex state snap: sampleSignals without the
+// registry read, so a test can feed it heartbeats on an injected clock.
+// It keeps the nodes' rate windows between calls.
+func (s *Server) signalsFrom(now time.Time, entries []*entry, snap *willowv1.FlexState) map[string]float64 {
 	budget := float64(flex.DefaultStoreWriteBudget)
 	if k := snap.GetKnobs(); k != nil {
 		if b, err := parseFloat(k[flex.KnobStoreWriteBudget]); err == nil && b > 0 {
@@ -294,22 +305,27 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 			}
 		}
 	}()
-	fc := newForecast(s.plans)
+	if s.normalCodec == "" {
+		s.normalCodec = normalCodec(s.plans)
+	}
+	fc := &forecast{normalCodec: s.normalCodec}
 	cf := &cpuForecast{codec: fc.normalCodec, regions: map[string]*regionCPU{}}
 	// The image codec in force, by region and group: one flex.Effective
-	// (which walks the knobs by reflection) a group a sample, not one a
-	// compress node.
-	codecs := map[[2]string]string{}
+	// (which walks the knobs by reflection) a group a flex state, not one
+	// a compress node a sample.
+	if s.codecs == nil || s.codecSnap != snap {
+		s.codecs, s.codecSnap = map[[2]string]string{}, snap
+	}
 	codecOf := func(e *entry) string {
 		k := [2]string{e.info.GetRegion(), e.info.GetGroup()}
-		c, ok := codecs[k]
+		c, ok := s.codecs[k]
 		if !ok {
 			c = string(flex.Effective(snap, k[0], k[1]).ImageCodec)
-			codecs[k] = c
+			s.codecs[k] = c
 		}
 		return c
 	}
-	for _, e := range v.entries {
+	for _, e := range entries {
 		if !e.alive(now, s.cfg.MissedAfter) {
 			continue
 		}
@@ -364,7 +380,7 @@ func (s *Server) sampleSignals(ctx context.Context) (map[string]float64, error) 
 		fc.signals(sig, rate) // fronts that do not report arrivals
 	}
 	cf.signals(sig)
-	return sig, nil
+	return sig
 }
 
 // cpuForecast is compress_cpu_forecast_normal, region by region: the
@@ -458,12 +474,12 @@ type forecast struct {
 	now, normal struct{ secs, weight float64 }
 }
 
-func newForecast(plans *flex.Plans) *forecast {
-	f := &forecast{normalCodec: string(flex.DefaultImageCodec)}
+// normalCodec is the image codec of the lowest level's plan.
+func normalCodec(plans *flex.Plans) string {
 	if p, err := plans.Plan(plans.Levels()[0]); err == nil && p[flex.KnobImageCodec] != "" {
-		f.normalCodec = p[flex.KnobImageCodec]
+		return p[flex.KnobImageCodec]
 	}
-	return f
+	return string(flex.DefaultImageCodec)
 }
 
 // add counts one live compress node that runs image codec codec.
