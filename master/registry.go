@@ -82,6 +82,7 @@ type entry struct {
 type view struct {
 	at      time.Time
 	gen     uint64 // the load it came from: a later load has a larger gen
+	members uint64 // regState.members when loaded: the same nodes as another view with it
 	entries []*entry
 }
 
@@ -415,12 +416,22 @@ func (s *Server) refresh(ctx context.Context) (*view, error) {
 	s.routes.idx.Store(idx)
 	s.mu.Unlock()
 	s.routes.buildMu.Unlock()
-	known := make(map[string]bool, len(v.entries))
-	for _, e := range v.entries {
-		known[e.info.GetId()] = true
+	// Housekeeping, not at every refresh (four a second; each walked
+	// every node): this master's heartbeat state of the nodes gone from
+	// the registry is dropped when its members changed, and the node
+	// gauges are set at most once a second.
+	if m := v.members; s.reg.forgotAt.Swap(m) != m {
+		known := make(map[string]bool, len(v.entries))
+		for _, e := range v.entries {
+			known[e.info.GetId()] = true
+		}
+		s.hb.forget(known) // nodes gone from the registry
 	}
-	s.hb.forget(known) // nodes gone from the registry
-	s.met.observe(v, s.now(), s.cfg.MissedAfter)
+	if now, last := s.now().UnixMilli(), s.reg.observedMs.Load(); now-last >= 1000 || now < last {
+		if s.reg.observedMs.CompareAndSwap(last, now) {
+			s.met.observe(v, s.now(), s.cfg.MissedAfter)
+		}
+	}
 	return v, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,14 @@ type regState struct {
 	seq    int64     // change sequence read up to; 0: none (load whole)
 	fullAt time.Time // the last full load
 	gen    uint64    // loads made: each view gets the next
+	// members counts the changes of ids (a node in or out): a view with
+	// the same count as an earlier one holds the same nodes.
+	members uint64
+	// Refresh's housekeeping (registry.go), atomics outside mu: the
+	// members of the view this master's heartbeat state last followed,
+	// and when the node gauges were last set (unix ms).
+	forgotAt   atomic.Uint64
+	observedMs atomic.Int64
 }
 
 type decoded struct {
@@ -72,7 +81,7 @@ func (s *Server) readView(ctx context.Context) (*view, error) {
 // view returns the entries of r in ID order (r.mu held).
 func (r *regState) view(at time.Time) *view {
 	r.gen++
-	v := &view{at: at, gen: r.gen, entries: make([]*entry, 0, len(r.ids))}
+	v := &view{at: at, gen: r.gen, members: r.members, entries: make([]*entry, 0, len(r.ids))}
 	for _, id := range r.ids {
 		v.entries = append(v.entries, r.m[id].e)
 	}
@@ -135,6 +144,7 @@ func (s *Server) readFull(ctx context.Context, now time.Time) (*view, error) {
 	}
 	r.m, r.seq, r.fullAt = keep, seq, now
 	r.ids = r.ids[:0]
+	r.members++
 	for _, id := range ids {
 		if _, ok := keep[id]; ok {
 			r.ids = append(r.ids, id)
@@ -195,6 +205,7 @@ func (s *Server) readChanged(ctx context.Context, now time.Time) (*view, error) 
 	}
 	if reorder {
 		r.ids = r.ids[:0]
+		r.members++
 		for id := range r.m {
 			r.ids = append(r.ids, id)
 		}

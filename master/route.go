@@ -1,10 +1,13 @@
 package master
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -63,7 +66,7 @@ type wireKey struct {
 // newRoleRoutes lists one role's nodes, by region, as Route lists them.
 // until is each node's last heartbeat plus MissedAfter (unix ms), kept
 // with the endpoints for the route index (route_index.go).
-func newRoleRoutes(byRegion map[string][]*entry, until map[*entry]int64) *roleRoutes {
+func newRoleRoutes(byRegion map[string][]*entry, until func(*entry) int64) *roleRoutes {
 	r := &roleRoutes{regions: make([]string, 0, len(byRegion)), eps: make(map[string][]*willowv1.Endpoint, len(byRegion)),
 		until: make(map[string][]int64, len(byRegion)), minUntil: math.MaxInt64}
 	for reg, es := range byRegion {
@@ -72,7 +75,9 @@ func newRoleRoutes(byRegion map[string][]*entry, until map[*entry]int64) *roleRo
 		r.eps[reg] = eps[:len(eps):len(eps)]
 		u := make([]int64, len(es))
 		for i, e := range es { // endpoints sorted es
-			u[i] = until[e]
+			if until != nil {
+				u[i] = until(e)
+			}
 			r.minUntil = min(r.minUntil, u[i])
 		}
 		r.until[reg] = u
@@ -169,15 +174,14 @@ func endpoints(es []*entry) []*willowv1.Endpoint {
 	for i, e := range es {
 		sc[i] = scored{e, loadScore(e)}
 	}
-	sort.Slice(sc, func(i, j int) bool {
-		a, b := sc[i], sc[j]
+	slices.SortFunc(sc, func(a, b scored) int {
 		if a.load != b.load {
-			return a.load < b.load
+			return cmp.Compare(a.load, b.load)
 		}
 		if ca, cb := a.e.load.GetCpu(), b.e.load.GetCpu(); ca != cb {
-			return ca < cb
+			return cmp.Compare(ca, cb)
 		}
-		return a.e.info.GetId() < b.e.info.GetId()
+		return strings.Compare(a.e.info.GetId(), b.e.info.GetId())
 	})
 	all := make([]willowv1.Endpoint, len(sc))
 	out := make([]*willowv1.Endpoint, len(sc))
