@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -48,6 +49,7 @@ type hbCall struct {
 	id, fp           string
 	nodeKey, bindKey string // s.nodeKey(id), s.bindKey(id)
 	rec              []byte
+	written          *entry          // rec as an entry (encodeRecord), for regState.noteOwn
 	ctx              context.Context // the heartbeat's: ended, the writer skips it
 	res              string          // the heartbeat script's answer for this node
 	err              error
@@ -147,6 +149,20 @@ func (s *Server) writeHeartbeats(batch []*hbCall) error {
 			c.res = res[i]
 		}
 	}
+	// Then the change sequence the script gave the entries it wrote, and
+	// each one's change before: this master's copy of the registry takes
+	// them from here, not from Redis (regState.noteOwn).
+	if n := len(batch); len(res) == 2*n+1 {
+		if seq, err := strconv.ParseInt(res[n], 10, 64); err == nil && seq > 0 {
+			prev := make([]int64, n)
+			for i := range prev {
+				if prev[i], err = strconv.ParseInt(res[n+1+i], 10, 64); err != nil {
+					prev[i] = -1
+				}
+			}
+			s.reg.noteOwn(batch, seq, prev)
+		}
+	}
 	return nil
 }
 
@@ -159,7 +175,9 @@ func (s *Server) writeHeartbeats(batch []*hbCall) error {
 // renews the binding (when a fingerprint is given), refreshes the entry
 // only if it exists and keeps the node in the index, answering "ok",
 // "gone" (the entry expired: register again) or "taken" (another live
-// credential holds the ID). A binding that lapsed (the node's heartbeats
+// credential holds the ID); then the change sequence the entries written
+// got ("0": none); then per node the sequence of its change before this
+// one ("0": none in the log, "-1": not written). A binding that lapsed (the node's heartbeats
 // were late by MissedAfter) is taken again, as Register would: nobody
 // holds the ID, and the entry is still there. Answering "register again"
 // instead sent every late node of a loaded master through Register (four
@@ -167,8 +185,9 @@ func (s *Server) writeHeartbeats(batch []*hbCall) error {
 // master's CPU at N = 5000 went to that storm (BenchmarkFleet). The nodes
 // written get one new change sequence number in the change log.
 var heartbeatBatchScript = redis.NewScript(`
-local out, live = {}, {}
-for i = 1, (#KEYS - 3) / 2 do
+local out, live, prev, seq = {}, {}, {}, 0
+local n = (#KEYS - 3) / 2
+for i = 1, n do
   local bk, nk = KEYS[2*i+2], KEYS[2*i+3]
   local fp, rec, id = ARGV[3*i], ARGV[3*i+1], ARGV[3*i+2]
   local r = 'ok'
@@ -181,6 +200,7 @@ for i = 1, (#KEYS - 3) / 2 do
   if r == 'ok' then
     if redis.call('set', nk, rec, 'XX', 'PX', ARGV[2]) then
       live[#live+1] = id
+      prev[i] = redis.call('zscore', KEYS[3], id) or '0'
     else
       r = 'gone'
     end
@@ -192,5 +212,8 @@ if #live > 0 then
   local v, z = redis.call('incr', KEYS[2]), {}
   for j, id in ipairs(live) do z[2*j-1] = v; z[2*j] = id end
   redis.call('zadd', KEYS[3], unpack(z))
+  seq = v
 end
+out[n+1] = tostring(seq)
+for i = 1, n do out[n+1+i] = prev[i] or '-1' end
 return out`)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"time"
 
@@ -146,7 +147,11 @@ func validInfo(n *willowv1.NodeInfo) error {
 // Every heartbeat runs it: the protos are marshalled straight into the
 // record and the window is trimmed in place (it is this master's own,
 // under its shard's lock).
-func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now time.Time) ([]byte, *hbNode, error) {
+//
+// written is the entry as the record holds it (its samples a copy), for
+// this master's own copy of the registry once the record is in Redis
+// (regState.noteOwn).
+func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now time.Time) (b []byte, hn *hbNode, written *entry, err error) {
 	nowMs := now.UnixMilli()
 	sampled := load != nil
 	if load == nil {
@@ -169,12 +174,13 @@ func (s *Server) encodeRecord(info *willowv1.NodeInfo, load *willowv1.Load, now 
 		w = w[:copy(w, w[i:])]
 	}
 	n.window, n.seen = w, nowMs
-	b, err := appendRecordOf(make([]byte, 0, 24+is+ls+30*len(w)), info, is, load, ls, nowMs, w)
+	b, err = appendRecordOf(make([]byte, 0, 24+is+ls+30*len(w)), info, is, load, ls, nowMs, w)
+	written = &entry{info: info, load: load, lastMs: nowMs, samples: slices.Clone(w)}
 	sh.mu.Unlock()
 	if err != nil {
-		return nil, nil, fmt.Errorf("master: encode node record: %w", err)
+		return nil, nil, nil, fmt.Errorf("master: encode node record: %w", err)
 	}
-	return b, n, nil
+	return b, n, written, nil
 }
 
 // Register records a node in the shared registry. A node that comes back
@@ -189,7 +195,7 @@ func (s *Server) Register(ctx context.Context, req *willowv1.RegisterRequest) (*
 		return nil, err
 	}
 	now := s.now()
-	b, _, err := s.encodeRecord(info, nil, now)
+	b, _, _, err := s.encodeRecord(info, nil, now)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +269,7 @@ func (s *Server) heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 		return nil, err
 	}
 	now := s.now()
-	b, hn, err := s.encodeRecord(info, req.GetLoad(), now)
+	b, hn, written, err := s.encodeRecord(info, req.GetLoad(), now)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +285,7 @@ func (s *Server) heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 	}
 	// Group commit: one script call for the heartbeats that arrive
 	// together (hbbatch.go).
-	res, err := s.hbb.do(ctx, &hbCall{id: info.GetId(), fp: fp, rec: b, nodeKey: hn.nodeKey, bindKey: hn.bindKey}, s.writeHeartbeats)
+	res, err := s.hbb.do(ctx, &hbCall{id: info.GetId(), fp: fp, rec: b, written: written, nodeKey: hn.nodeKey, bindKey: hn.bindKey}, s.writeHeartbeats)
 	switch {
 	case err != nil:
 		// Redis is away or not keeping up (errHBBusy): this master still

@@ -110,12 +110,43 @@ func TestRegistryReloadIncremental(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	v := reload("two heartbeats", 4, 20)
+	// This master's own heartbeats: taken from its writes, not read back.
+	v := reload("two heartbeats of this master", 0, 20)
 	if e := byID(v, "n03"); e.load.GetInFlight() != 5 || e.lastMs != clock.now().UnixMilli() {
 		t.Fatalf("n03 after its heartbeat: in flight %d, last %d", e.load.GetInFlight(), e.lastMs)
 	}
 	if e := byID(v, "n04"); e.load.GetInFlight() != 0 {
 		t.Fatalf("n04 changed without a heartbeat: %v", e.load)
+	}
+	// ...unless something else changed the entry since the last load: a
+	// health judgement written between the last load and this master's
+	// heartbeat (the change log keeps the latest change only) is read.
+	if err := s.writeHealth(ctx, map[string]health{"n07": {State: StateEjected, SinceMs: 1, Reason: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.add(time.Second)
+	if _, err := s.Heartbeat(ctx, &willowv1.HeartbeatRequest{Node: info(7), Load: &willowv1.Load{InFlight: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Heartbeat(ctx, &willowv1.HeartbeatRequest{Node: info(3), Load: &willowv1.Load{InFlight: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	v = reload("a health write, then this master's heartbeat", 2, 20)
+	if e := byID(v, "n07"); e.h.State != StateEjected || e.load.GetInFlight() != 6 {
+		t.Fatalf("n07 after a health write and a heartbeat: %q, in flight %d; want ejected, 6", e.h.State, e.load.GetInFlight())
+	}
+	if e := byID(v, "n03"); e.load.GetInFlight() != 4 {
+		t.Fatalf("n03 after its second heartbeat: in flight %d, want 4", e.load.GetInFlight())
+	}
+	// The judgement stays with the entry through this master's next
+	// heartbeats.
+	clock.add(time.Second)
+	if _, err := s.Heartbeat(ctx, &willowv1.HeartbeatRequest{Node: info(7), Load: &willowv1.Load{InFlight: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	v = reload("this master's heartbeat of an ejected node", 0, 20)
+	if e := byID(v, "n07"); e.h.State != StateEjected || e.load.GetInFlight() != 2 {
+		t.Fatalf("n07 after another heartbeat: %q, in flight %d; want ejected, 2", e.h.State, e.load.GetInFlight())
 	}
 
 	// Another master's writes (a heartbeat, a new node) and the leader's

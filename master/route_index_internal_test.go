@@ -76,7 +76,7 @@ func TestRouteIndexFollowsSnapshotAndHeartbeats(t *testing.T) {
 	}
 
 	// b1 heartbeats to this master: back in at once.
-	if _, _, err := s.encodeRecord(&willowv1.NodeInfo{Id: "b1", Role: "upload", Region: "b", Addr: "b1:1"}, &willowv1.Load{}, clock.now()); err != nil {
+	if _, _, _, err := s.encodeRecord(&willowv1.NodeInfo{Id: "b1", Role: "upload", Region: "b", Addr: "b1:1"}, &willowv1.Load{}, clock.now()); err != nil {
 		t.Fatal(err)
 	}
 	s.routeHeartbeat("b1")
