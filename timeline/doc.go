@@ -13,7 +13,9 @@
 //	                          SEQ = delivery sequence (a zset there, member
 //	                          "AUTHOR POST" scored by SEQ, is an inbox from before
 //	                          lists: written as before, turned into a list by Poll)
-//	h:{USER}          zset    USER's held items, score = hold sequence (publish order)
+//	h:{USER}          list    USER's held items, "AUTHOR POST", oldest first (publish
+//	                          order; a zset there, scored by the hold sequence, is a
+//	                          held set from before lists: held to and released as before)
 //	sq:{SLOT}         string  the sequence counter of the users of one cluster slot
 //	                          (one server: {PREFIX}sq); SLOT is a tag of that slot's own
 //	dm:{SLOT}         zset    the slot's duplicate marks: posts a publish that was not
@@ -113,15 +115,16 @@
 //     fails midway on a slot migrating under it (its users are redone and
 //     found already held).
 //   - A first publish of a post (its record was new) holds a delayed
-//     user's item without asking whether the inbox has it, unless the
-//     slot's marks hold the post. A retried or concurrent duplicate
+//     user's item without asking whether the inbox or the held list has
+//     it, unless the slot's marks hold the post. A retried or concurrent duplicate
 //     publish asks, looking through the inbox's items down to the first
 //     numbered below the post record's time less five minutes (the clock
 //     skew allowed between timeline services) and a second: every script
 //     that numbers items lifts its slot's counter to its clock when the
 //     counter trails it by more than a second, so no item of the post is
-//     numbered lower. So no publish leaves one post both held and in an
-//     inbox, and a release adds to a list without asking it.
+//     numbered lower; it asks the held list with LPOS. So no publish
+//     leaves one post both held and in an inbox, or held twice, and a
+//     release adds to a list without asking it.
 //   - Upgrading from sorted-set inboxes needs no migration step: a
 //     publish or release finds the old inbox by RPUSH's WRONGTYPE and adds
 //     to it with ZADD NX as before (at the old cost); the user's first
@@ -130,6 +133,11 @@
 //     and new services run side by side, an old one's ZADD on a list
 //     fails (WRONGTYPE: UNAVAILABLE redis, the publish retried) and an
 //     old Poll of a list fails likewise: upgrade all services together.
+//     Held sets from before held lists (sorted sets) likewise: a hold
+//     finds one by RPUSH's or LPOS's WRONGTYPE and adds with ZADD NX, the
+//     release moves its items in score order and removes them by rank; it
+//     is gone, as any empty key, once released. An old service's hold or
+//     release on a held list fails (WRONGTYPE), as above.
 //
 // Errors: RPCs return INVALID_ARGUMENT with reason bad_request (empty or
 // malformed IDs) or bad_cursor, and UNAVAILABLE with reason redis when

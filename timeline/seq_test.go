@@ -284,6 +284,22 @@ func TestDuplicatePublishMarks(t *testing.T) {
 	})
 }
 
+// heldKey is user's held key (userTag's escapes).
+func heldKey(user string) string {
+	return "willow:tl:h:{" + strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(user) + "}"
+}
+
+// heldLen is the number of items user's held list (or sorted set, from
+// before lists) holds.
+func heldLen(t *testing.T, rdb redis.UniversalClient, user string) int64 {
+	t.Helper()
+	ctx, k := ctxT(t), heldKey(user)
+	if rdb.Type(ctx, k).Val() == "zset" {
+		return rdb.ZCard(ctx, k).Val()
+	}
+	return rdb.LLen(ctx, k).Val()
+}
+
 // heldCounts returns the sum of the held counts of users' slots (each
 // slot once; -1 when one is missing) and the items their held sets hold.
 func heldCounts(t *testing.T, rdb redis.UniversalClient, s *timeline.Server, users []string) (counts, items int64) {
@@ -291,7 +307,7 @@ func heldCounts(t *testing.T, rdb redis.UniversalClient, s *timeline.Server, use
 	ctx := ctxT(t)
 	seen := map[string]bool{}
 	for _, u := range users {
-		items += rdb.ZCard(ctx, "willow:tl:h:{"+u+"}").Val()
+		items += heldLen(t, rdb, u)
 		k := timeline.SlotHeldKey(s, u)
 		if seen[k] {
 			continue
@@ -498,4 +514,84 @@ func TestHeldIndexEscapedUsers(t *testing.T) {
 			t.Errorf("stats after release: %v", st)
 		}
 	})
+}
+
+// TestHeldLayouts: a user's held items are a list, or a sorted set held
+// by a version from before lists: a publish holds behind either (a first
+// publish appends without asking, a retry finds the item already held:
+// one item, the held count unchanged), and the release moves them in
+// hold order, each once.
+func TestHeldLayouts(t *testing.T) {
+	for _, layout := range []string{"list", "zset from before"} {
+		t.Run(layout, func(t *testing.T) {
+			testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
+				rdb := rt.Client(t)
+				v := start(t, rdb, timeline.Config{})
+				ctx := ctxT(t)
+				fans := []string{"x", "y{1}", "z%"}
+				for _, u := range fans {
+					follow(t, v.c, u, "a")
+				}
+				v.knobs(1, 0)
+				publish(t, v.c, "a", "p0")
+				if layout != "list" {
+					for i, u := range fans {
+						k := heldKey(u)
+						refs, err := rdb.LRange(ctx, k, 0, -1).Result()
+						if err != nil || len(refs) != 1 {
+							t.Fatalf("held list of %s: %v %v", u, refs, err)
+						}
+						if err := rdb.Del(ctx, k).Err(); err != nil {
+							t.Fatal(err)
+						}
+						if err := rdb.ZAdd(ctx, k, redis.Z{Score: float64(1 + i), Member: refs[0]}).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if r := publish(t, v.c, "a", "p1"); r.GetHeld() != 3 {
+					t.Fatalf("p1: %v, want 3 held", r)
+				}
+				// A retry: the post record without its outcome.
+				if err := rdb.HDel(ctx, "willow:tl:p:a p1", "done").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if r := publish(t, v.c, "a", "p1"); r.GetHeld() != 3 || r.GetDelivered() != 1 {
+					t.Fatalf("retried p1: %v, want 3 held (already), 1 delivered", r)
+				}
+				all := append([]string{"a"}, fans...)
+				var items int64
+				for _, u := range fans {
+					items += heldLen(t, rdb, u)
+					if kind := rdb.Type(ctx, heldKey(u)).Val(); (kind == "list") != (layout == "list") {
+						t.Fatalf("%s's held items are a %s", u, kind)
+					}
+				}
+				if items != 6 {
+					t.Fatalf("held sets hold %d items, want 6", items)
+				}
+				if rt.Kind == "server" {
+					if counts, _ := heldCounts(t, rdb, v.s, all); counts != items {
+						t.Fatalf("held count %d, held sets hold %d", counts, items)
+					}
+				}
+				if st := stats(t, v.c); st.GetHeldItems() != 6 || st.GetHeldUsers() != 3 {
+					t.Fatalf("stats while held: %v", st)
+				}
+				v.knobs(0, 1000)
+				waitDrained(t, v.c, 10*time.Second)
+				for _, u := range fans {
+					if items, _ := pollAll(t, v.c, u, "", 10); fmt.Sprint(posts(items)) != "[a/p0 a/p1]" {
+						t.Errorf("%s sees %s", u, posts(items))
+					}
+					if n := heldLen(t, rdb, u); n != 0 {
+						t.Errorf("%s still holds %d", u, n)
+					}
+				}
+				if st := stats(t, v.c); st.GetHeldItems() != 0 || st.GetReleasedTotal() != 6 {
+					t.Errorf("stats after release: %v", st)
+				}
+			})
+		})
+	}
 }
