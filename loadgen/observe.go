@@ -67,6 +67,11 @@ func (r *runner) sampleCluster(ctx context.Context, prev map[string]*nodeCounter
 		g.Level = st.GetLevel()
 		g.FlexVersion = st.GetVersion()
 	}
+	if r.cfg.Mode == "auto-flex" {
+		if as, err := r.cfg.Target.Master.GetFlexAuto(cctx, &willowv1.GetFlexAutoRequest{}); err == nil {
+			g.AutoSignals = as.GetSignals()
+		}
+	}
 	nodes, err := r.cfg.Target.Master.ListNodes(cctx, &willowv1.ListNodesRequest{})
 	if err != nil {
 		g.Sampled = false

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -64,6 +65,9 @@ type Second struct {
 	// Download above are by arrival second).
 	UploadDone   DoneStats `json:"upload_done"`
 	DownloadDone DoneStats `json:"download_done"`
+	// AutoSignals are the auto-flex signals the master read at this
+	// second (GetFlexAuto), in an auto-flex run (Mode "auto-flex").
+	AutoSignals map[string]float64 `json:"auto_signals,omitempty"`
 }
 
 // DoneStats is one second by completion time: the requests answered in it,
@@ -356,6 +360,9 @@ func (rep *Report) markdown(w io.Writer, charts []string) {
 	v := rep.Variants
 	fmt.Fprintf(w, "Variant-ready latency (acknowledgement to a variant downloadable, over %d acknowledged uploads, %d of them acknowledged processing and polled): p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d not ready at the end.\n\n",
 		v.Acked, v.Processing, v.P50Ms, v.P99Ms, v.MaxMs, v.NotReady)
+	if peaks := rep.autoSignalPeaks(); len(peaks) > 0 {
+		fmt.Fprintf(w, "Auto-flex signals the master read, the highest of each (at the run's second): %s.\n\n", strings.Join(peaks, ", "))
+	}
 	fmt.Fprintln(w, "| phase | s | upload offered/s | admitted | ok | rejected | failed | p99 ms | download offered/s | ok | p99 ms | goodput/s |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range append(append([]Summary(nil), rep.Phases...), rep.Totals) {
@@ -390,4 +397,33 @@ func (rep *Report) markdown(w io.Writer, charts []string) {
 	for _, c := range charts {
 		fmt.Fprintf(w, "\n![%s](%s)\n", c, c)
 	}
+}
+
+// autoSignalPeaks lists each auto-flex signal's highest value in the run
+// and its second, by signal name: "compress_cpu_forecast_normal 0.45
+// (0:23)". Empty when no second has signals.
+func (rep *Report) autoSignalPeaks() []string {
+	type peak struct {
+		v float64
+		t int
+	}
+	peaks := map[string]peak{}
+	for _, g := range rep.Seconds {
+		for k, v := range g.AutoSignals {
+			if p, ok := peaks[k]; !ok || v > p.v {
+				peaks[k] = peak{v, g.T}
+			}
+		}
+	}
+	names := make([]string, 0, len(peaks))
+	for k := range peaks {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]string, len(names))
+	for i, k := range names {
+		p := peaks[k]
+		out[i] = fmt.Sprintf("%s %s (%d:%02d)", k, strconv.FormatFloat(p.v, 'g', 3, 64), p.t/60, p.t%60)
+	}
+	return out
 }
