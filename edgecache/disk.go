@@ -63,6 +63,9 @@ const maxOpenFiles = 1024
 type entryFile struct {
 	fd   int
 	refs atomic.Int32
+	// sentAt is when a hit last sent the whole file (Unix ns; the hit
+	// path's warm test).
+	sentAt atomic.Int64
 }
 
 func (f *entryFile) release() {

@@ -9,12 +9,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // The hit path. Almost every request an edge answers is a plain cached
@@ -54,6 +56,10 @@ type hitServer struct {
 	header  time.Duration // as http.Server.ReadHeaderTimeout
 	date    atomic.Pointer[dateLine]
 	served  atomic.Int64 // requests answered here (tests)
+	// in counts the bytes the hit path read from its connections' sockets
+	// itself (rawReader), which the node's counted connection does not
+	// see: the heartbeat's net_bytes_in adds them (edgecache.go).
+	in atomic.Int64
 
 	mu      sync.Mutex // guards conns; closing is set under it
 	conns   map[*hitConn]struct{}
@@ -86,8 +92,9 @@ func (h *hitServer) serve() error {
 			continue
 		}
 		pause = 0
-		hc := &hitConn{h: h, c: c, br: bufio.NewReaderSize(c, hitHeadBytes)}
+		hc := &hitConn{h: h, c: c}
 		hc.rf, _ = c.(io.ReaderFrom)
+		hc.br = bufio.NewReaderSize(hc.reader(), hitHeadBytes)
 		h.mu.Lock()
 		if h.closing.Load() {
 			h.mu.Unlock()
@@ -152,6 +159,94 @@ type hitConn struct {
 	// admitted: the request being handed to net/http was admitted here
 	// (a sliced miss): serveHTTP does not admit it again.
 	admitted bool
+	rr       rawReader
+}
+
+// reader returns what the connection's buffer reads from: the socket
+// itself by raw read(2) calls, when c is a TCP connection under the
+// node's counting wrapper, else c.
+func (c *hitConn) reader() io.Reader {
+	u, ok := c.c.(interface{ NetConn() net.Conn })
+	if !ok {
+		return c.c
+	}
+	sc, ok := u.NetConn().(syscall.Conn)
+	if !ok {
+		return c.c
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return c.c
+	}
+	c.rr = rawReader{rc: rc, total: &c.h.in}
+	c.rr.readf = c.rr.read
+	return &c.rr
+}
+
+// rawReader reads a socket with raw read(2) calls, waiting in the
+// runtime's poller (under the connection's read deadline) while the
+// socket is empty, as a Go read does, but without the runtime's Syscall:
+// after the process was idle, that woke the runtime's sysmon thread on
+// the first read of a request (BENCHMARKS.md, Edge cache 2, session 11).
+// It counts what it reads into total in batches of countBatch and at
+// flush.
+type rawReader struct {
+	rc    syscall.RawConn
+	readf func(uintptr) bool // read
+	p     []byte             // read's buffer, n and errno its result
+	n     int
+	errno syscall.Errno
+	in    int64 // read, not yet in total
+	total *atomic.Int64
+}
+
+// countBatch: a connection adds its bytes read to the shared count once
+// it has this many uncounted (as the node's counted connections do).
+const countBatch = 64 << 10
+
+func (r *rawReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.p = p
+	err := r.rc.Read(r.readf)
+	r.p = nil
+	switch {
+	case err != nil:
+		return 0, err // closed, or the read deadline passed
+	case r.errno != 0:
+		return 0, os.NewSyscallError("read", r.errno)
+	case r.n == 0:
+		return 0, io.EOF
+	}
+	if r.in += int64(r.n); r.in >= countBatch {
+		r.flush()
+	}
+	return r.n, nil
+}
+
+// read is rc.Read's function: false means wait until the socket is
+// readable and call again.
+func (r *rawReader) read(fd uintptr) bool {
+	for {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		switch errno {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		r.n, r.errno = int(n), errno
+		return true
+	}
+}
+
+// flush adds the uncounted bytes to the total.
+func (r *rawReader) flush() {
+	if r.in > 0 && r.total != nil {
+		r.total.Add(r.in)
+		r.in = 0
+	}
 }
 
 func (c *hitConn) serve() {
@@ -320,17 +415,27 @@ func (c *hitConn) writeHit(rq req, o *object, signed, head bool, now time.Time) 
 	}
 	b = append(b, "X-Content-Type-Options: nosniff\r\n\r\n"...)
 	c.hdr = b
-	c.out.hdr, c.out.body, c.out.fd, c.out.sent = b, nil, -1, 0
+	c.out.hdr, c.out.body, c.out.fd, c.out.sent, c.out.warm = b, nil, -1, 0, false
 	if !head {
 		c.out.body = o.data
 		if f, ok := c.h.s.diskFile(rq, o, now); ok {
 			defer f.release()
 			c.out.fd = f.fd
+			c.out.warm = now.UnixNano()-f.sentAt.Load() < int64(warmFileWindow)
+			defer func() {
+				if c.out.err == nil && c.out.sent == len(c.out.hdr)+len(c.out.body) {
+					f.sentAt.Store(now.UnixNano())
+				}
+			}()
 		}
 	}
 	_, err := c.write()
 	return err
 }
+
+// warmFileWindow: a disk-tier file sent whole within this long is taken to
+// be in the page cache, and sent by a raw sendfile (hitWrite).
+const warmFileWindow = 10 * time.Second
 
 // write writes c.out: through the counted connection's ReadFrom, which
 // hands hitWrite.WriteTo the TCP connection.
@@ -375,12 +480,14 @@ func (c *hitConn) writeBuffered(rec *bufferedResponse, head bool, now time.Time)
 // drop closes a connection the hit path is done with.
 func (c *hitConn) drop() {
 	c.h.untrack(c)
+	c.rr.flush()
 	c.c.Close()
 }
 
 // handOff gives the connection, with what was read of it, to net/http.
 func (c *hitConn) handOff() {
 	c.h.untrack(c)
+	c.rr.flush()                     // net/http reads the counted connection
 	c.c.SetReadDeadline(time.Time{}) // net/http sets its own
 	hc := &handoffConn{Conn: c.c, br: c.br}
 	hc.admitted.Store(c.admitted)
@@ -541,13 +648,29 @@ func valueBytes(b []byte) bool {
 // (the header sent with MSG_MORE, so it shares a segment with the body,
 // then sendfile(2)). WriteTo is called by the counted connection's
 // ReadFrom with the TCP connection.
+//
+// The socket calls are raw system calls (no entersyscall): the socket is
+// non-blocking, so they return at once (EAGAIN when the socket is full,
+// and then the connection waits in the poller as any Go write does).
+// Through the runtime's Syscall each of them would, when the process had
+// been idle, wake the runtime's sysmon thread, and a sendfile longer than
+// 20 us could have its P handed to another thread while it ran
+// (BENCHMARKS.md, Edge cache 2, session 11). A sendfile can block,
+// though, reading the file when its pages are not in the page cache, and
+// a raw call would hold its P (and a stop of the world) as long; so the
+// sendfile is raw only when the file is warm (sent whole within
+// warmFileWindow), else through Syscall. A hitWrite belongs to one
+// connection, whose raw connection it keeps.
 type hitWrite struct {
 	hdr, body []byte
 	fd        int
-	arr       [2][]byte // vec's array: a writev consumes vec
-	vec       net.Buffers
-	sent      int // of hdr, then of body, by send
+	warm      bool // fd's pages are taken to be in the page cache
+	sent      int  // of hdr, then of body, by send
 	err       error
+	w         io.Writer       // the writer rc is of
+	rc        syscall.RawConn // w's
+	sendf     func(uintptr) bool
+	iov       [2]syscall.Iovec
 }
 
 // Read reads the response from memory (for a copy that does not use
@@ -570,18 +693,25 @@ func (o *hitWrite) Read(p []byte) (int, error) {
 // WriteTo writes the response to w: a *net.TCPConn, or any writer (then
 // from memory).
 func (o *hitWrite) WriteTo(w io.Writer) (int64, error) {
-	sc, ok := w.(syscall.Conn)
 	o.sent, o.err = 0, nil
-	if o.fd < 0 || !ok {
-		o.arr = [2][]byte{o.hdr, o.body}
-		o.vec = o.arr[:]
-		return o.vec.WriteTo(w) // writev on a TCP connection
+	if o.w != w {
+		o.w, o.rc = w, nil
+		if sc, ok := w.(syscall.Conn); ok {
+			rc, err := sc.SyscallConn()
+			if err != nil {
+				return 0, err
+			}
+			o.rc = rc
+		}
+		if o.sendf == nil {
+			o.sendf = o.send
+		}
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return 0, err
+	if o.rc == nil {
+		bufs := net.Buffers{o.hdr, o.body}
+		return bufs.WriteTo(w)
 	}
-	if err := rc.Write(o.send); err != nil {
+	if err := o.rc.Write(o.sendf); err != nil {
 		return int64(o.sent), err
 	}
 	return int64(o.sent), o.err
@@ -592,31 +722,54 @@ func (o *hitWrite) WriteTo(w io.Writer) (int64, error) {
 func (o *hitWrite) send(sock uintptr) bool {
 	total := len(o.hdr) + len(o.body)
 	for o.sent < total {
-		var n int
-		var err error
-		if o.sent < len(o.hdr) {
-			n, err = syscall.SendmsgN(int(sock), o.hdr[o.sent:], nil, nil, syscall.MSG_MORE)
-		} else {
+		var n uintptr
+		var errno syscall.Errno
+		switch {
+		case o.fd < 0:
+			// From memory: what is left of the header and the body in
+			// one writev.
+			iov := o.iov[:0]
+			if o.sent < len(o.hdr) {
+				iov = append(iov, iovec(o.hdr[o.sent:]))
+			}
+			if b := max(o.sent-len(o.hdr), 0); b < len(o.body) {
+				iov = append(iov, iovec(o.body[b:]))
+			}
+			n, _, errno = syscall.RawSyscall(syscall.SYS_WRITEV, sock, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		case o.sent < len(o.hdr):
+			h := o.hdr[o.sent:]
+			n, _, errno = syscall.RawSyscall6(syscall.SYS_SENDTO, sock, uintptr(unsafe.Pointer(&h[0])), uintptr(len(h)), syscall.MSG_MORE, 0, 0)
+		default:
 			off := int64(o.sent - len(o.hdr))
-			n, err = syscall.Sendfile(int(sock), o.fd, &off, total-o.sent)
-			if err == nil && n == 0 {
+			if o.warm {
+				n, _, errno = syscall.RawSyscall6(syscall.SYS_SENDFILE, sock, uintptr(o.fd), uintptr(unsafe.Pointer(&off)), uintptr(total-o.sent), 0, 0)
+			} else {
+				n, _, errno = syscall.Syscall6(syscall.SYS_SENDFILE, sock, uintptr(o.fd), uintptr(unsafe.Pointer(&off)), uintptr(total-o.sent), 0, 0)
+			}
+			if errno == 0 && n == 0 {
 				o.err = io.ErrUnexpectedEOF // the file is shorter than the object
 				return true
 			}
 		}
-		if n > 0 {
-			o.sent += n
-		}
-		switch err {
-		case nil, syscall.EINTR:
+		switch errno {
+		case 0:
+			o.sent += int(n)
+		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false
 		default:
-			o.err = err
+			o.err = os.NewSyscallError("write", errno)
 			return true
 		}
 	}
 	return true
+}
+
+// iovec is b as a writev vector (b not empty).
+func iovec(b []byte) syscall.Iovec {
+	v := syscall.Iovec{Base: &b[0]}
+	v.SetLen(len(b))
+	return v
 }
 
 // bufferedResponse is an http.ResponseWriter that keeps what a handler

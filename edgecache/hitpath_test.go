@@ -114,6 +114,48 @@ func TestHitPathAnswersAsNetHTTP(t *testing.T) {
 	}
 }
 
+// TestHitPathCountsBytesIn: the bytes the hit path reads from a socket
+// itself are counted for the heartbeat's net_bytes_in, in batches while
+// the connection lives and all of them when it ends, also when it is
+// handed to net/http.
+func TestHitPathCountsBytesIn(t *testing.T) {
+	st := newStore(t)
+	id := put(t, st, media.LocStore, 1, media.VariantMedium, "image/heic", payload(3000, 1))
+	e := startEdge(t, "edge-a-1", edgecache.Config{}, edgecache.Deps{Store: st})
+	get(t, e.url+path(id, media.VariantMedium), nil) // cached
+	base := edgecache.HitPathBytesIn(e.srv)
+	pad := "X-Pad: " + strings.Repeat("p", 1000) + "\r\n"
+	c := dialRaw(t, e)
+	sent := 0
+	for range 80 { // 80 KB: more than a batch
+		req := rawGet(path(id, media.VariantMedium), pad)
+		c.send(req)
+		sent += len(req)
+		if resp, _ := c.read(http.MethodGet); resp.StatusCode != 200 {
+			t.Fatalf("hit: %s", resp.Status)
+		}
+	}
+	if n := edgecache.HitPathBytesIn(e.srv) - base; n < 64<<10 || n > int64(sent) {
+		t.Errorf("%d bytes counted with the connection open after %d sent, want a batch of 64 KiB", n, sent)
+	}
+	// A Range request hands the connection over: what the hit path read
+	// of it is counted then.
+	req := rawGet(path(id, media.VariantMedium), "Range: bytes=0-9\r\n")
+	c.send(req)
+	sent += len(req)
+	if resp, _ := c.read(http.MethodGet); resp.StatusCode != http.StatusPartialContent {
+		t.Fatalf("range: %s", resp.Status)
+	}
+	waitFor(t, "the bytes read before the hand-off counted", func() bool { return edgecache.HitPathBytesIn(e.srv)-base == int64(sent) })
+	c2 := dialRaw(t, e)
+	req = rawGet(path(id, media.VariantMedium))
+	c2.send(req)
+	c2.read(http.MethodGet)
+	c2.c.Close()
+	sent += len(req)
+	waitFor(t, "the bytes of a closed connection counted", func() bool { return edgecache.HitPathBytesIn(e.srv)-base == int64(sent) })
+}
+
 // TestHitPathHandsOff: on one connection, plain hits are answered by the
 // hit path, and the first request that is anything else (a Range, a
 // conditional, a miss, a malformed request, HTTP/1.0, Connection: close)

@@ -77,7 +77,8 @@ const (
 // process under test); in a normal run it skips, saying so. It keeps one
 // pool of keep-alive connections per target for its whole life and runs
 // one slice of load per command line "TARGET DURATION" on its input,
-// answering "LOAD REQUESTS NANOSECONDS".
+// answering "LOAD REQUESTS NANOSECONDS CPU-NANOSECONDS" (the client's own
+// CPU time over the slice).
 func TestLoadClientProcess(t *testing.T) {
 	file := os.Getenv(envLoadURLs)
 	if file == "" {
@@ -114,11 +115,12 @@ func TestLoadClientProcess(t *testing.T) {
 			// its own would: the target's accept and close are in it.
 			clients[target].Transport.(*http.Transport).CloseIdleConnections()
 		}
+		c0 := selfCPU()
 		n, took, err := load(clients[target], urls[target], size, conc, d, seed)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Printf("LOAD %d %d\n", n, took.Nanoseconds())
+		fmt.Printf("LOAD %d %d %d\n", n, took.Nanoseconds(), (selfCPU() - c0).Nanoseconds())
 	}
 }
 
@@ -169,21 +171,21 @@ func newLoadClient(b *testing.B, targets map[string][]string, size, concurrency 
 }
 
 // run runs one slice of load on target for d and returns the requests
-// completed and the time taken.
-func (lc *loadClient) run(b *testing.B, target string, d time.Duration) (int64, time.Duration) {
+// completed, the time taken and the client's CPU time over it.
+func (lc *loadClient) run(b *testing.B, target string, d time.Duration) (int64, time.Duration, time.Duration) {
 	b.Helper()
 	if _, err := fmt.Fprintf(lc.in, "%s %s\n", target, d); err != nil {
 		b.Fatalf("load client: %v\n%s", err, lc.stderr.String())
 	}
 	for lc.out.Scan() {
-		var n, ns int64
-		if _, err := fmt.Sscanf(lc.out.Text(), "LOAD %d %d", &n, &ns); err == nil {
-			return n, time.Duration(ns)
+		var n, ns, cpu int64
+		if _, err := fmt.Sscanf(lc.out.Text(), "LOAD %d %d %d", &n, &ns, &cpu); err == nil {
+			return n, time.Duration(ns), time.Duration(cpu)
 		}
 	}
 	lc.cmd.Wait()
 	b.Fatalf("load client ended: %s\n%s", lc.cmd.ProcessState, lc.stderr.String())
-	return 0, 0
+	return 0, 0, 0
 }
 
 // startNginx serves root on a free loopback port with a generated config
@@ -413,6 +415,10 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 		}
 	}
 	lc := newLoadClient(b, map[string][]string{"edge": edgeURLs, "nginx": ngxURLs}, size, concurrency)
+	if n, _ := strconv.Atoi(os.Getenv("EDGECACHE_BENCH_EDGE_PROCS")); n > 0 {
+		// The edge's process on n Ps (nginx keeps its workers).
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
+	}
 	lc.run(b, "edge", time.Second) // the client's connections opened, both servers hot
 	lc.run(b, "nginx", time.Second)
 	if n := st.gets.Load(); n != int64(objects) {
@@ -422,18 +428,18 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 	b.ResetTimer()
 	for range b.N {
 		var edgeN, ngxN int64
-		var edgeT, ngxT, edgeC, ngxC time.Duration
+		var edgeT, ngxT, edgeC, ngxC, edgeLC, ngxLC time.Duration
 		for r := range int(duration / slice) {
 			for k := range 2 {
 				if (r+k)%2 == 0 {
 					c0 := selfCPU()
-					n, d := lc.run(b, "edge", slice)
-					edgeN, edgeT, edgeC = edgeN+n, edgeT+d, edgeC+selfCPU()-c0
+					n, d, lcCPU := lc.run(b, "edge", slice)
+					edgeN, edgeT, edgeC, edgeLC = edgeN+n, edgeT+d, edgeC+selfCPU()-c0, edgeLC+lcCPU
 				} else {
 					c0, _ := ngxCPU()
-					n, d := lc.run(b, "nginx", slice)
+					n, d, lcCPU := lc.run(b, "nginx", slice)
 					c1, _ := ngxCPU()
-					ngxN, ngxT, ngxC = ngxN+n, ngxT+d, ngxC+c1-c0
+					ngxN, ngxT, ngxC, ngxLC = ngxN+n, ngxT+d, ngxC+c1-c0, ngxLC+lcCPU
 				}
 			}
 		}
@@ -447,7 +453,13 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 		b.ReportMetric(edgeCPU, "edge-cpu-us/req")
 		b.ReportMetric(ngxCPUReq, "nginx-cpu-us/req")
 		b.ReportMetric(100*ngxCPUReq/edgeCPU, "nginx/edge-%cpu")
-		b.Logf("edge cache %.0f req/s, nginx %.0f req/s: %.0f%%; CPU per request edge %.0f us, nginx %.0f us", edge, nginx, 100*edge/nginx, edgeCPU, ngxCPUReq)
+		// The load client's CPU per request to each: what a server's
+		// answers cost the client (its reads and wake-ups) is in the req/s.
+		edgeLCReq, ngxLCReq := edgeLC.Seconds()*1e6/float64(edgeN), ngxLC.Seconds()*1e6/float64(ngxN)
+		b.ReportMetric(edgeLCReq, "client-edge-cpu-us/req")
+		b.ReportMetric(ngxLCReq, "client-nginx-cpu-us/req")
+		b.Logf("edge cache %.0f req/s, nginx %.0f req/s: %.0f%%; CPU per request edge %.0f us, nginx %.0f us; the client's %.0f us to the edge, %.0f us to nginx",
+			edge, nginx, 100*edge/nginx, edgeCPU, ngxCPUReq, edgeLCReq, ngxLCReq)
 	}
 	if _, each := ngxCPU(); len(each) == len(ngxEach0) {
 		// How nginx's work spread over its master and workers.
