@@ -24,17 +24,18 @@ type fanoutPoint struct {
 // fanoutCurve by Redis deployment: "server" (one redis-server) and
 // "cluster" (3 masters), for followers whose inboxes are full (MaxInbox
 // items each, the steady state of a feed: BenchmarkTimelineFanout's
-// inbox=full rows, ratio 0), with list inboxes: session 9, 2026-12-02
-// (BENCHMARKS.md "Session 9: list inboxes"): F = 10-1000 one run at 05:19
-// UTC, load 0.9-1.0; F = 5000 the median of three A/B rounds on one
-// server (04:49-04:51, load 1.0-1.4; p99 30.8-32.5 ms) and the slower of
-// two on the cluster (05:12, load 0.8-1.4; p99 44.5 / 53.0 ms).
+// inbox=full rows, ratio 0), session 11, 2026-12-02 (BENCHMARKS.md
+// "Session 11: trim one delivery in 32, index in the scripts' pipeline,
+// held lists"): F = 10-1000 one run at 17:34 UTC, load 0.6; F = 5000 the
+// median of six A/B rounds on one server (17:27-17:28, load 0.7-1.1; p99
+// 20.4-31.1 ms) and the slower of two on the cluster (17:28, load 1.0-1.6;
+// p99 29.6 / 44.7 ms).
 var fanoutCurve = map[string][]fanoutPoint{
 	"server": {
-		{10, 0.72, 1.15, 4.2}, {100, 1.09, 1.31, 4.2}, {1000, 6.2, 7.8, 5.2}, {5000, 27.0, 31.9, 10.3},
+		{10, 0.71, 0.88, 4.2}, {100, 1.02, 1.65, 4.2}, {1000, 4.24, 9.58, 5.25}, {5000, 19.0, 24.2, 10.4},
 	},
 	"cluster": {
-		{10, 0.74, 0.86, 6.8}, {100, 1.67, 3.46, 6.8}, {1000, 12.9, 17.2, 7.9}, {5000, 44.2, 53.0, 21.1},
+		{10, 0.81, 1.07, 6.8}, {100, 1.26, 3.18, 6.8}, {1000, 6.21, 9.23, 7.8}, {5000, 33.6, 44.7, 20.9},
 	},
 }
 
