@@ -26,7 +26,7 @@ type fanoutPoint struct {
 // items each, the steady state of a feed: BenchmarkTimelineFanout's
 // inbox=full rows, ratio 0), session 11, 2026-12-02 (BENCHMARKS.md
 // "Session 11: trim one delivery in 32, index in the scripts' pipeline,
-// held lists"): F = 10-1000 one run at 17:34 UTC, load 0.6; F = 5000 the
+// held lists, ha for first holds"; these rows before the last): F = 10-1000 one run at 17:34 UTC, load 0.6; F = 5000 the
 // median of six A/B rounds on one server (17:27-17:28, load 0.7-1.1; p99
 // 20.4-31.1 ms) and the slower of two on the cluster (17:28, load 1.0-1.6;
 // p99 29.6 / 44.7 ms).

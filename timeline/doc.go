@@ -38,8 +38,9 @@
 // the users of a slot the script cannot reach are sent one slot a
 // script), all pipelined; the users now holding the post are indexed
 // behind the scripts in their pipeline on one server (it runs them in
-// order), in a step after the scripts on a cluster (and for a user held
-// behind a backlog);
+// order; ha by the scripts themselves, for a user's first held item), in
+// a step after the scripts on a cluster (and for a user held behind a
+// backlog);
 // a release step takes tokens and picks users (one script on the shared
 // keys), moves their items (one script per slot, pipelined), then
 // updates the index and gives back unused tokens.
@@ -100,8 +101,11 @@
 //     simply continues.
 //   - Every user with held items is in the held index: publishing indexes
 //     after holding (on one server behind the scripts in their pipeline,
-//     and again behind scripts resent for NOSCRIPT; on a cluster, and for
-//     a user held behind a backlog, in a step after them), and a release
+//     and again behind scripts resent for NOSCRIPT, ha in the script that
+//     holds a user's first item, since a user already holding items is in
+//     it with an older time, to within the clock skew between services;
+//     on a cluster, and for a user held behind a backlog, in a step after
+//     them), and a release
 //     that empties a user's held set drops the user and then looks at the
 //     set again (a publish in between is put back). A publish that fails
 //     midway returns an error; retrying it (publish is idempotent)

@@ -19,8 +19,9 @@ type target struct {
 // publishScript per slot's users (at most FanoutBatch a script), or on a
 // Redis Cluster one nodeScript per master's users, all in one pipeline;
 // the users now holding it are added to the shared held index: on one
-// server the users to hold behind the scripts in their pipeline
-// (indexHolds: no round trip of its own), and those held behind a
+// server the users to hold to hu behind the scripts in their pipeline
+// (indexHolds: no round trip of its own) and to ha by the script that
+// holds them (where it is their first held item or a retry), and those held behind a
 // backlog (rare: a user still holding items after the ratio came down)
 // and, on a cluster, every held user, in a pipeline after the scripts.
 // It returns the delivered and held counts, repeats included.
@@ -44,11 +45,11 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 	if calls == nil {
 		sc = publishScript
 		for _, g := range groups {
-			calls = append(calls, s.slotCall(r, first, since, g, ts))
+			calls = append(calls, s.slotCall(r, first, since, posted, g, ts))
 			who = append(who, g.users)
 		}
 		if !s.cluster {
-			index = s.indexHolds(ctx, posted, ts)
+			index = s.indexHolds(ctx, ts)
 		}
 	}
 	cmds, err := s.runScripts(ctx, sc, calls, index)
@@ -69,7 +70,7 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 			var redo []scriptCall
 			users := who[c][:len(done):len(done)]
 			for _, g := range gs {
-				redo = append(redo, s.slotCall(r, redoFirst, since, g, ts))
+				redo = append(redo, s.slotCall(r, redoFirst, since, posted, g, ts))
 				users = append(users, g.users...)
 			}
 			again, rerr := s.runScripts(ctx, publishScript, redo, nil)
@@ -89,7 +90,8 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 		return 0, 0, err
 	}
 	// On one server the users to hold were indexed behind the scripts
-	// (indexHolds) and the scripts counted what they held; the others
+	// and by them (indexHolds, publishScript), and the scripts counted
+	// what they held; the others
 	// held, behind a backlog, and every user held on a cluster (where the
 	// index's slot is another's) are indexed and counted below.
 	var units, ages []redis.Z
@@ -134,29 +136,28 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 	return delivered, held, nil
 }
 
-// indexHolds returns the commands that add the targets to hold (mode
-// "h") to the shared held index, as a publish on one server sends them
-// in its scripts' pipeline, behind the scripts: one server runs a
-// pipeline's commands in order, so the index is written after the held
-// sets, and the index costs no round trip of its own. A user to hold
+// indexHolds returns the command that adds the targets to hold (mode
+// "h") to the shared held users' index (hu, scored by their unit now,
+// refreshed at every publish so a user's release eligibility follows the
+// hour's hash), as a publish on one server sends it in its scripts'
+// pipeline, behind the scripts: one server runs a pipeline's commands in
+// order, so the index is written after the held sets, and costs no round
+// trip of its own. (The oldest-held index, ha, is the scripts': only a
+// user's first held item, or a retry, changes it.) A user to hold
 // whose inbox had the post already (a retry after the ratio went up) is
 // indexed with nothing held; a release step that picks them finds
 // nothing and drops them again. nil when no target is to be held.
-func (s *Server) indexHolds(ctx context.Context, posted int64, ts []target) func(redis.Pipeliner) {
-	var units, ages []redis.Z
+func (s *Server) indexHolds(ctx context.Context, ts []target) func(redis.Pipeliner) {
+	var units []redis.Z
 	for _, t := range ts {
 		if t.mode == "h" {
 			units = append(units, redis.Z{Score: t.unit, Member: t.user})
-			ages = append(ages, redis.Z{Score: float64(posted), Member: t.user})
 		}
 	}
 	if len(units) == 0 {
 		return nil
 	}
-	return func(p redis.Pipeliner) {
-		p.ZAdd(ctx, s.rk.heldUnits(), units...)
-		p.ZAddLT(ctx, s.rk.heldAges(), ages...)
-	}
+	return func(p redis.Pipeliner) { p.ZAdd(ctx, s.rk.heldUnits(), units...) }
 }
 
 // group is one script's worth of one slot's users: the slot's sequence
@@ -222,19 +223,19 @@ func (s *Server) appendGroup(args []any, g group, ts []target) []any {
 
 // slotCall is publishScript's call for g. On one server (g.held set)
 // the script also adds the items it holds to the shared held count.
-func (s *Server) slotCall(r, first string, since int64, g group, ts []target) scriptCall {
+func (s *Server) slotCall(r, first string, since, posted int64, g group, ts []target) scriptCall {
 	kv := s.appendGroup(make([]any, 0, 2+2*len(g.users)), g, ts)
-	keys := make([]string, 0, len(kv)+2)
+	keys := make([]string, 0, len(kv)+3)
 	keys = append(keys, g.seq, g.dm)
 	counted := "0"
 	if g.held != "" {
-		keys = append(keys, g.held, s.rk.heldCount())
+		keys = append(keys, g.held, s.rk.heldCount(), s.rk.heldAges())
 		counted = "1"
 	}
 	for _, k := range kv[2:] {
 		keys = append(keys, k.(string))
 	}
-	return scriptCall{keys: keys, args: []any{r, s.cfg.MaxInbox, s.seqFloor(), kv[1], first, s.rk.prefix, counted, since}}
+	return scriptCall{keys: keys, args: []any{r, s.cfg.MaxInbox, s.seqFloor(), kv[1], first, s.rk.prefix, counted, since, posted}}
 }
 
 // nodeCalls groups the groups by the master serving their slot (on a

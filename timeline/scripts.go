@@ -17,9 +17,9 @@ import (
 // publishScript delivers or holds one post for a batch of users.
 //
 // KEYS: the slot's sequence counter, its duplicate marks (dupMarks), on
-// one server only its held count and the shared held item count (hc: a
-// Redis Cluster keeps no slot count, see below, and hc is in another
-// slot), then the n users' inboxes, then the held sets of the users to
+// one server only its held count, the shared held item count and the
+// oldest-held index (hc, ha: a Redis Cluster keeps no slot count, see
+// below, and hc and ha are in another slot), then the n users' inboxes, then the held sets of the users to
 // hold (mode "h", who come last). ARGV: ref ("AUTHOR POST"), max inbox, the
 // sequence floor (the caller's clock in µs), the users' modes as one
 // string of n letters: "a" the author (always delivered), "d" deliver
@@ -28,10 +28,16 @@ import (
 // post yet unless a duplicate publish marked it (see deliverGroup) and
 // the inboxes are not asked; ARGV[6] the key prefix (Config.KeyPrefix),
 // from which the script names the other users' held sets (same hash tag
-// as their inbox: the same slot); ARGV[7] "1": one server, KEYS[3] and
-// KEYS[4] are the slot's held count and hc, to which the script adds
-// the items it held; ARGV[8] the lowest sequence number a retry looks
-// through an inbox down to (retrySince). Returns one digit per user, as
+// as their inbox: the same slot); ARGV[7] "1": one server, KEYS[3..5]
+// are the slot's held count, hc and ha; ARGV[8] the lowest sequence
+// number a retry looks through an inbox down to (retrySince); ARGV[9]
+// the post record's time (ms). On one server the script adds the items
+// it held to hc, and puts a user to hold into ha (ZADD LT, the post's
+// time) where the hold is the user's first held item (RPUSH answered 1:
+// a user already holding items is in ha with an older time, see the
+// package doc), or where the publish is not a first one (a retry may
+// hold a post older than the user's others); the user's ID is the
+// inbox key's tag unescaped (userTag). Returns one digit per user, as
 // one string: 0 delivered, 1 already delivered, 2 held, 3 already held.
 //
 // It is the publish's cost per follower, so it issues as few commands as
@@ -56,8 +62,9 @@ import (
 // list first; a list, not a sorted set: a Lua loop's ZADD NX into held
 // sets of 20 to 300 items took 2.5-3.3 to 4.6-5.9 µs a user, its RPUSH
 // onto held lists 1.0-1.9 µs); on one server the held
-// index's ZADDs go behind the scripts in their pipeline
-// (Server.indexHolds), so a publish has no round trip for them. The inbox
+// index's hu ZADD goes behind the scripts in their pipeline
+// (Server.indexHolds) and the script writes ha for the users who had
+// nothing held, so a publish has no round trip for them. The inbox
 // list is trimmed back to max inbox when RPUSH makes it max inbox +
 // min(32, ceil(max inbox/16)) long (one delivery in 32 at the default
 // 1000, each LTRIM dropping 32 items: about the cost of dropping one),
@@ -67,9 +74,9 @@ import (
 // order.
 var publishScript = redis.NewScript(deliverGroup + `
 local out = {}
-local hn, hc, ib = false, false, 2
-if ARGV[7] == '1' then hn, hc, ib = KEYS[3], KEYS[4], 4 end
-local err = deliverGroup(KEYS, 1, KEYS[2], hn, ib, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], tonumber(ARGV[8]), out, hc)
+local hn, ix, ib = false, false, 2
+if ARGV[7] == '1' then hn, ix, ib = KEYS[3], {hc = KEYS[4], ha = KEYS[5], posted = ARGV[9]}, 5 end
+local err = deliverGroup(KEYS, 1, KEYS[2], hn, ib, ARGV[4], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5] == '1', ARGV[6], tonumber(ARGV[8]), out, ix)
 if err then return err end
 return table.concat(out)
 `)
@@ -117,8 +124,9 @@ return table.concat(out)
 
 // deliverGroup is the body of publishScript and nodeScript: one slot's
 // users. keys[k] is the slot's counter, dm its duplicate marks, hn the
-// name of its held count (false: none kept), hc the shared held item
-// count to add what it holds to (false: the caller does), keys[ib+i] user
+// name of its held count (false: none kept), ix the shared keys to
+// write (false: the caller does; else hc and ha and the post's time,
+// see publishScript), keys[ib+i] user
 // i's inbox, and for the nh users to hold (the last, i > n - nh) keys[ib+n+i-(n-nh)]
 // their held set (n = #modes). The other users' held sets are named from
 // their inbox: prefix .. 'h:' and the inbox key's hash tag. It appends
@@ -148,7 +156,7 @@ return table.concat(out)
 // leaves it high, never low. A missing count is left missing (and the
 // held sets asked).
 var deliverGroup = seqLagLua + inboxHas + heldLua + `
-local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, since, out, hc)
+local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fresh, prefix, since, out, ix)
   local seq = redis.pcall('INCR', keys[k])
   if type(seq) == 'table' then return seq end
   if seq == 1 then
@@ -198,6 +206,7 @@ local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fr
   if count and may > 0 then redis.call('INCRBY', hn, may) end
   local added = 0
   local slack = math.min(32, math.ceil(maxInbox / 16))
+  local ages = {}
   for i = 1, n do
     local inbox, m, c = keys[ib + i], byte(modes, i)
     if m ~= 104 and not (backlog[i] and (m ~= 97 or heldHas(hkeys[i], ref))) then
@@ -221,16 +230,32 @@ local function deliverGroup(keys, k, dm, hn, ib, modes, ref, maxInbox, floor, fr
       c = '3'
     elseif not fresh and inboxHas(inbox, ref, since) then
       c = '1'
-    elseif not hold(hkeys[i], ref, score, fresh) then
-      c = '3'
     else
-      c = '2'
-      added = added + 1
+      local ok, first = hold(hkeys[i], ref, score, fresh)
+      if ok then
+        c = '2'
+        added = added + 1
+      else
+        c = '3'
+      end
+      if ix and m == 104 and (first or not fresh) then
+        local u = string.sub(inbox, #prefix + 5, -2)
+        if string.find(u, '%', 1, true) then
+          u = string.gsub(string.gsub(string.gsub(u, '%%7B', '{'), '%%7D', '}'), '%%25', '%%')
+        end
+        ages[#ages + 1] = ix.posted
+        ages[#ages + 1] = u
+      end
     end
     out[#out + 1] = c
   end
   if count and may > added then redis.call('DECRBY', hn, may - added) end
-  if hc and added > 0 then redis.call('INCRBY', hc, added) end
+  if ix then
+    for a = 1, #ages, 1000 do
+      redis.call('ZADD', ix.ha, 'LT', unpack(ages, a, math.min(a + 999, #ages)))
+    end
+    if added > 0 then redis.call('INCRBY', ix.hc, added) end
+  end
 end
 `
 
@@ -276,16 +301,16 @@ local function hold(hk, ref, score, fresh)
     local p = redis.pcall('LPOS', hk, ref)
     if type(p) == 'table' then
       if not string.find(p.err, 'WRONGTYPE', 1, true) then error(p.err) end
-      return redis.call('ZADD', hk, 'NX', score, ref) == 1
+      return redis.call('ZADD', hk, 'NX', score, ref) == 1, true
     end
-    if p then return false end
+    if p then return false, false end
   end
   local r = redis.pcall('RPUSH', hk, ref)
   if type(r) == 'table' then
     if not string.find(r.err, 'WRONGTYPE', 1, true) then error(r.err) end
-    return redis.call('ZADD', hk, 'NX', score, ref) == 1
+    return redis.call('ZADD', hk, 'NX', score, ref) == 1, true
   end
-  return true
+  return true, r == 1
 end
 local function heldHas(hk, ref)
   local p = redis.pcall('LPOS', hk, ref)
