@@ -196,7 +196,7 @@ func TestCentralPiecesReadTheCurves(t *testing.T) {
 	if !near(e.Demand, 10) || e.Warning == "" {
 		t.Errorf("edge check %+v", e)
 	}
-	// BenchmarkFleet (session 8): 5000 nodes cost the master 0.59 cores of
+	// BenchmarkFleet (session 11): 5000 nodes cost the master 0.54 cores of
 	// heartbeats, so 7000 fit its default budget of one core, but not half
 	// a core.
 	if m := by["master"]; m.Figure == "" || m.Warning != "" || !strings.Contains(m.Figure, "measured to N=5000") {

@@ -49,19 +49,21 @@ type fleetPoint struct {
 	propagateP99Ms float64 // flex change to every watcher
 }
 
-// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-02 session 8, with
-// the streamed heartbeat and the pre-encoded Route answer; box load 1-3 on
-// the shared 2-core box). Every size served the heartbeats offered (about
-// N a second). N = 100 and 1000 are one run (01:49 UTC, load 2.3); N = 5000
-// is the 01:48 run (load 3.0); four runs of the final tree at load 1.9-3.4
-// gave 107-141 µs, propagation p99 134-252 ms and Route p99 14-17 ms in
-// three of them, 228 ms in the fourth (the tail is not under control). The
-// master and the simulated fleet share the box's two cores, so these are
-// a master with about half a box, not a dedicated one.
+// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-02 session 11: the
+// prober without grpc.ClientConns, paced probe rounds, the reload taking
+// the master's own heartbeat writes; one run of the three sizes, 17:44-17:51
+// UTC, box load 0.8-1.4 on the shared 2-core box). Every size served the
+// heartbeats offered (about N a second). Route p99 is the SDK's (4
+// endpoints a list, from a caller process of its own). Three N = 5000 runs
+// of the same tree at load 1.8-2.4 gave 84-115 µs a heartbeat, RSS
+// 280-294 MiB, propagation p99 88-140 ms and Route p99 10-27 ms (the tail
+// is the wait for a core, not under control). The master and the
+// simulated fleet share the box's two cores, so these are a master with
+// about half a box, not a dedicated one.
 var fleetCurve = []fleetPoint{
-	{nodes: 100, cpuPerBeatUs: 909, rssMiB: 51, routeP99Ms: 1.1, propagateP99Ms: 11.6},
-	{nodes: 1000, cpuPerBeatUs: 246, rssMiB: 159, routeP99Ms: 7.4, propagateP99Ms: 27.1},
-	{nodes: 5000, cpuPerBeatUs: 117, rssMiB: 724, routeP99Ms: 17.4, propagateP99Ms: 143},
+	{nodes: 100, cpuPerBeatUs: 1142, rssMiB: 42, routeP99Ms: 1.7, propagateP99Ms: 4.1},
+	{nodes: 1000, cpuPerBeatUs: 205, rssMiB: 81, routeP99Ms: 3.4, propagateP99Ms: 23.7},
+	{nodes: 5000, cpuPerBeatUs: 109, rssMiB: 284, routeP99Ms: 11.2, propagateP99Ms: 291},
 }
 
 // interp evaluates a curve at x, linearly in log-log between the points
