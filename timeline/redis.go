@@ -206,6 +206,9 @@ func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scrip
 			return nil
 		})
 		afterErr = nil
+		if len(cs) < len(idx) {
+			return err
+		}
 		for _, c := range cs[len(idx):] {
 			if c.Err() != nil && afterErr == nil {
 				afterErr = c.Err()
