@@ -26,10 +26,11 @@ type fanoutPoint struct {
 // items each, the steady state of a feed: BenchmarkTimelineFanout's
 // inbox=full rows, ratio 0), session 11, 2026-12-02 (BENCHMARKS.md
 // "Session 11: trim one delivery in 32, index in the scripts' pipeline,
-// held lists, ha for first holds"; these rows before the last): F = 10-1000 one run at 17:34 UTC, load 0.6; F = 5000 the
-// median of six A/B rounds on one server (17:27-17:28, load 0.7-1.1; p99
-// 20.4-31.1 ms) and the slower of two on the cluster (17:28, load 1.0-1.6;
-// p99 29.6 / 44.7 ms).
+// held lists, ha for first holds"; measured before the fourth of those
+// changes, which moves the ratio-0.5 figures only): F = 10-1000 one run
+// at 17:34 UTC, load 0.6; F = 5000 the median of six A/B rounds on one
+// server (17:27-17:28, load 0.7-1.1; p99 20.4-31.1 ms) and the slower of
+// two on the cluster (17:28, load 1.0-1.6; p99 29.6 / 44.7 ms).
 var fanoutCurve = map[string][]fanoutPoint{
 	"server": {
 		{10, 0.71, 0.88, 4.2}, {100, 1.02, 1.65, 4.2}, {1000, 4.24, 9.58, 5.25}, {5000, 19.0, 24.2, 10.4},
