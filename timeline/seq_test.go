@@ -131,56 +131,49 @@ func TestBacklogAmongMany(t *testing.T) {
 // after the release everyone sees the post once. A first publish skips
 // that inbox check (publishScript's fresh flag); a retry must not.
 func TestRetriedPublishAfterRatioChange(t *testing.T) {
-	for _, layout := range []string{"list", "zset from before"} {
-		t.Run(layout, func(t *testing.T) {
-			testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
-				rdb := rt.Client(t)
-				v := start(t, rdb, timeline.Config{})
-				ctx := ctxT(t)
-				var users []string
-				for i := range 40 {
-					users = append(users, fmt.Sprintf("r%d", i))
-					follow(t, v.c, users[i], "a")
-				}
-				// The first attempt: the post record, and p1 in the first 10
-				// inboxes, numbered as a publish numbers them (no lower than
-				// its clock less a second); p0 is older than the post.
-				created := time.Now()
-				if err := rdb.HSet(ctx, "willow:tl:p:a p1", "t", created.UnixMilli(), "m", "[]", "k", "[]").Err(); err != nil {
-					t.Fatal(err)
-				}
-				at := created.UnixMicro() - 500_000
-				for _, u := range users[:10] {
-					k := "willow:tl:in:{" + u + "}"
-					var err error
-					if layout == "list" {
-						err = rdb.RPush(ctx, k, "1 a p0", fmt.Sprint(at, " a p1"), fmt.Sprint(at+1, " b p1"), fmt.Sprint(at+2, " a p10")).Err()
-					} else {
-						err = rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: "a p1"}).Err()
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
-				v.knobs(1, 0)
-				r := publish(t, v.c, "a", "p1")
-				if r.GetHeld() != 30 || r.GetDelivered() != 11 {
-					t.Fatalf("retried publish: %v, want 30 held, 11 delivered (10 before, the author)", r)
-				}
-				v.knobs(0, 1000)
-				waitDrained(t, v.c, 10*time.Second)
-				for i, u := range users {
-					want := "[a/p1]"
-					if i < 10 && layout == "list" {
-						want = "[a/p0 a/p1 b/p1 a/p10]"
-					}
-					if items, _ := pollAll(t, v.c, u, "", 10); fmt.Sprint(posts(items)) != want {
-						t.Errorf("%s sees %s, want %s", u, posts(items), want)
-					}
-				}
-			})
-		})
-	}
+	forEachLayout(t, func(t *testing.T, layout string, rt testenv.RedisTarget, rdb redis.UniversalClient, v *svc, ctx context.Context) {
+		var users []string
+		for i := range 40 {
+			users = append(users, fmt.Sprintf("r%d", i))
+			follow(t, v.c, users[i], "a")
+		}
+		// The first attempt: the post record, and p1 in the first 10
+		// inboxes, numbered as a publish numbers them (no lower than
+		// its clock less a second); p0 is older than the post.
+		created := time.Now()
+		if err := rdb.HSet(ctx, "willow:tl:p:a p1", "t", created.UnixMilli(), "m", "[]", "k", "[]").Err(); err != nil {
+			t.Fatal(err)
+		}
+		at := created.UnixMicro() - 500_000
+		for _, u := range users[:10] {
+			k := "willow:tl:in:{" + u + "}"
+			var err error
+			if layout == "list" {
+				err = rdb.RPush(ctx, k, "1 a p0", fmt.Sprint(at, " a p1"), fmt.Sprint(at+1, " b p1"), fmt.Sprint(at+2, " a p10")).Err()
+			} else {
+				err = rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: "a p1"}).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		v.knobs(1, 0)
+		r := publish(t, v.c, "a", "p1")
+		if r.GetHeld() != 30 || r.GetDelivered() != 11 {
+			t.Fatalf("retried publish: %v, want 30 held, 11 delivered (10 before, the author)", r)
+		}
+		v.knobs(0, 1000)
+		waitDrained(t, v.c, 10*time.Second)
+		for i, u := range users {
+			want := "[a/p1]"
+			if i < 10 && layout == "list" {
+				want = "[a/p0 a/p1 b/p1 a/p10]"
+			}
+			if items, _ := pollAll(t, v.c, u, "", 10); fmt.Sprint(posts(items)) != want {
+				t.Errorf("%s sees %s, want %s", u, posts(items), want)
+			}
+		}
+	})
 }
 
 // TestCounterFollowsClock: a slot's counter far behind the clock (here
@@ -522,75 +515,82 @@ func TestHeldIndexEscapedUsers(t *testing.T) {
 // one item, the held count unchanged), and the release moves them in
 // hold order, each once.
 func TestHeldLayouts(t *testing.T) {
+	forEachLayout(t, func(t *testing.T, layout string, rt testenv.RedisTarget, rdb redis.UniversalClient, v *svc, ctx context.Context) {
+		fans := []string{"x", "y{1}", "z%"}
+		for _, u := range fans {
+			follow(t, v.c, u, "a")
+		}
+		v.knobs(1, 0)
+		publish(t, v.c, "a", "p0")
+		if layout != "list" {
+			for i, u := range fans {
+				k := heldKey(u)
+				refs, err := rdb.LRange(ctx, k, 0, -1).Result()
+				if err != nil || len(refs) != 1 {
+					t.Fatalf("held list of %s: %v %v", u, refs, err)
+				}
+				if err := rdb.Del(ctx, k).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := rdb.ZAdd(ctx, k, redis.Z{Score: float64(1 + i), Member: refs[0]}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if r := publish(t, v.c, "a", "p1"); r.GetHeld() != 3 {
+			t.Fatalf("p1: %v, want 3 held", r)
+		}
+		// A retry: the post record without its outcome.
+		if err := rdb.HDel(ctx, "willow:tl:p:a p1", "done").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r := publish(t, v.c, "a", "p1"); r.GetHeld() != 3 || r.GetDelivered() != 1 {
+			t.Fatalf("retried p1: %v, want 3 held (already), 1 delivered", r)
+		}
+		all := append([]string{"a"}, fans...)
+		var items int64
+		for _, u := range fans {
+			items += heldLen(t, rdb, u)
+			if kind := rdb.Type(ctx, heldKey(u)).Val(); (kind == "list") != (layout == "list") {
+				t.Fatalf("%s's held items are a %s", u, kind)
+			}
+		}
+		if items != 6 {
+			t.Fatalf("held sets hold %d items, want 6", items)
+		}
+		if rt.Kind == "server" {
+			if counts, _ := heldCounts(t, rdb, v.s, all); counts != items {
+				t.Fatalf("held count %d, held sets hold %d", counts, items)
+			}
+		}
+		if st := stats(t, v.c); st.GetHeldItems() != 6 || st.GetHeldUsers() != 3 {
+			t.Fatalf("stats while held: %v", st)
+		}
+		v.knobs(0, 1000)
+		waitDrained(t, v.c, 10*time.Second)
+		for _, u := range fans {
+			if items, _ := pollAll(t, v.c, u, "", 10); fmt.Sprint(posts(items)) != "[a/p0 a/p1]" {
+				t.Errorf("%s sees %s", u, posts(items))
+			}
+			if n := heldLen(t, rdb, u); n != 0 {
+				t.Errorf("%s still holds %d", u, n)
+			}
+		}
+		if st := stats(t, v.c); st.GetHeldItems() != 0 || st.GetReleasedTotal() != 6 {
+			t.Errorf("stats after release: %v", st)
+		}
+	})
+}
+
+// forEachLayout runs f for each layout of a user's held items (a list,
+// and a sorted set held by a version from before lists) on each Redis
+// target (one server, a Cluster), with a timeline service started on it.
+func forEachLayout(t *testing.T, f func(t *testing.T, layout string, rt testenv.RedisTarget, rdb redis.UniversalClient, v *svc, ctx context.Context)) {
 	for _, layout := range []string{"list", "zset from before"} {
 		t.Run(layout, func(t *testing.T) {
 			testenv.ForEachRedis(t, func(t *testing.T, rt testenv.RedisTarget) {
 				rdb := rt.Client(t)
-				v := start(t, rdb, timeline.Config{})
-				ctx := ctxT(t)
-				fans := []string{"x", "y{1}", "z%"}
-				for _, u := range fans {
-					follow(t, v.c, u, "a")
-				}
-				v.knobs(1, 0)
-				publish(t, v.c, "a", "p0")
-				if layout != "list" {
-					for i, u := range fans {
-						k := heldKey(u)
-						refs, err := rdb.LRange(ctx, k, 0, -1).Result()
-						if err != nil || len(refs) != 1 {
-							t.Fatalf("held list of %s: %v %v", u, refs, err)
-						}
-						if err := rdb.Del(ctx, k).Err(); err != nil {
-							t.Fatal(err)
-						}
-						if err := rdb.ZAdd(ctx, k, redis.Z{Score: float64(1 + i), Member: refs[0]}).Err(); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-				if r := publish(t, v.c, "a", "p1"); r.GetHeld() != 3 {
-					t.Fatalf("p1: %v, want 3 held", r)
-				}
-				// A retry: the post record without its outcome.
-				if err := rdb.HDel(ctx, "willow:tl:p:a p1", "done").Err(); err != nil {
-					t.Fatal(err)
-				}
-				if r := publish(t, v.c, "a", "p1"); r.GetHeld() != 3 || r.GetDelivered() != 1 {
-					t.Fatalf("retried p1: %v, want 3 held (already), 1 delivered", r)
-				}
-				all := append([]string{"a"}, fans...)
-				var items int64
-				for _, u := range fans {
-					items += heldLen(t, rdb, u)
-					if kind := rdb.Type(ctx, heldKey(u)).Val(); (kind == "list") != (layout == "list") {
-						t.Fatalf("%s's held items are a %s", u, kind)
-					}
-				}
-				if items != 6 {
-					t.Fatalf("held sets hold %d items, want 6", items)
-				}
-				if rt.Kind == "server" {
-					if counts, _ := heldCounts(t, rdb, v.s, all); counts != items {
-						t.Fatalf("held count %d, held sets hold %d", counts, items)
-					}
-				}
-				if st := stats(t, v.c); st.GetHeldItems() != 6 || st.GetHeldUsers() != 3 {
-					t.Fatalf("stats while held: %v", st)
-				}
-				v.knobs(0, 1000)
-				waitDrained(t, v.c, 10*time.Second)
-				for _, u := range fans {
-					if items, _ := pollAll(t, v.c, u, "", 10); fmt.Sprint(posts(items)) != "[a/p0 a/p1]" {
-						t.Errorf("%s sees %s", u, posts(items))
-					}
-					if n := heldLen(t, rdb, u); n != 0 {
-						t.Errorf("%s still holds %d", u, n)
-					}
-				}
-				if st := stats(t, v.c); st.GetHeldItems() != 0 || st.GetReleasedTotal() != 6 {
-					t.Errorf("stats after release: %v", st)
-				}
+				f(t, layout, rt, rdb, start(t, rdb, timeline.Config{}), ctxT(t))
 			})
 		})
 	}
