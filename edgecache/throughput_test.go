@@ -192,7 +192,7 @@ func (lc *loadClient) run(b *testing.B, target string, d time.Duration) (int64, 
 // (daemon off) until the benchmark ends: as many workers as the edge has
 // cores (GOMAXPROCS 2 here; EDGECACHE_BENCH_NGINX_WORKERS=N sets it),
 // listening with reuseport (EDGECACHE_BENCH_NGINX_REUSEPORT=0: one shared
-// socket), sendfile with tcp_nopush, no access log, and open_file_cache,
+// socket), sendfile with tcp_nopush (EDGECACHE_BENCH_NGINX_NOPUSH=0: without), no access log, and open_file_cache,
 // as the edge keeps its disk files open. cpu reads the CPU time nginx's
 // master and worker processes have used so far, in all and each (master
 // first).
@@ -215,6 +215,12 @@ func startNginx(b *testing.B, root string) (addr string, cpu func() (time.Durati
 	if os.Getenv("EDGECACHE_BENCH_NGINX_REUSEPORT") == "0" {
 		reuseport = ""
 	}
+	// tcp_nopush: TCP_CORK around a response (EDGECACHE_BENCH_NGINX_NOPUSH=0:
+	// off, the header written before the sendfile).
+	nopush := "on"
+	if os.Getenv("EDGECACHE_BENCH_NGINX_NOPUSH") == "0" {
+		nopush = "off"
+	}
 	conf := fmt.Sprintf(`daemon off;
 user root;
 worker_processes %[4]s;
@@ -224,7 +230,7 @@ events { worker_connections 1024; }
 http {
   access_log off;
   sendfile on;
-  tcp_nopush on;
+  tcp_nopush %[6]s;
   open_file_cache max=1000 inactive=60s;
   keepalive_requests 1000000;
   client_body_temp_path %[1]s/body;
@@ -239,7 +245,7 @@ http {
     add_header Cache-Control "public, max-age=31536000, immutable";
   }
 }
-`, dir, addr, root, workers, reuseport)
+`, dir, addr, root, workers, reuseport, nopush)
 	cf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		b.Fatal(err)
