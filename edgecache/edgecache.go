@@ -370,7 +370,7 @@ func (s *Server) Members() []string { return s.ring.Load().Members() }
 // nil after a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
-	lis := s.lis
+	var lis net.Listener = sendTimeoutListener{s.lis}
 	if s.hits != nil {
 		lis = s.hits.handoff // net/http serves what the hit path hands over
 		go func() {

@@ -1,5 +1,10 @@
 package edgecache
 
+import (
+	"testing"
+	"time"
+)
+
 // JPEGFallback is jpegFallback, for the benchmark.
 var JPEGFallback = jpegFallback
 
@@ -26,4 +31,12 @@ func HitPathBytesIn(s *Server) int64 {
 		return 0
 	}
 	return s.hits.in.Load()
+}
+
+// SetSendTimeout sets the send timeout of the edges started after it,
+// until the test ends.
+func SetSendTimeout(t testing.TB, d time.Duration) {
+	old := httpSendTimeout
+	httpSendTimeout = d
+	t.Cleanup(func() { httpSendTimeout = old })
 }

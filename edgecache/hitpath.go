@@ -55,6 +55,7 @@ type hitServer struct {
 	handoff *handoffListener
 	idle    time.Duration // as http.Server.IdleTimeout
 	header  time.Duration // as http.Server.ReadHeaderTimeout
+	send    time.Duration // httpSendTimeout: a response's time without progress
 	date    atomic.Pointer[dateLine]
 	served  atomic.Int64 // requests answered here (tests)
 	// in counts the bytes the hit path read from its connections' sockets
@@ -70,7 +71,7 @@ type hitServer struct {
 
 func newHitServer(s *Server, lis net.Listener, idle, header time.Duration) *hitServer {
 	return &hitServer{
-		s: s, lis: lis, idle: idle, header: header,
+		s: s, lis: lis, idle: idle, header: header, send: httpSendTimeout,
 		handoff: &handoffListener{addr: lis.Addr(), conns: make(chan net.Conn), done: make(chan struct{})},
 		conns:   map[*hitConn]struct{}{},
 	}
@@ -94,6 +95,7 @@ func (h *hitServer) serve() error {
 		}
 		pause = 0
 		hc := &hitConn{h: h, c: c}
+		hc.out.dl.timeout = h.send
 		hc.rf, _ = c.(io.ReaderFrom)
 		hc.br = bufio.NewReaderSize(hc.reader(), hitHeadBytes)
 		h.mu.Lock()
@@ -490,7 +492,8 @@ func (c *hitConn) handOff() {
 	c.h.untrack(c)
 	c.rr.flush()                     // net/http reads the counted connection
 	c.c.SetReadDeadline(time.Time{}) // net/http sets its own
-	hc := &handoffConn{Conn: c.c, br: c.br}
+	c.out.clearDeadline()
+	hc := &handoffConn{Conn: c.c, br: c.br, dl: sendDeadline{timeout: c.h.send}}
 	hc.admitted.Store(c.admitted)
 	if !c.h.handoff.give(hc) {
 		c.c.Close()
@@ -673,6 +676,9 @@ type hitWrite struct {
 	rc        syscall.RawConn // w's
 	sendf     func(uintptr) bool
 	iov       [2]syscall.Iovec
+	conn      deadliner    // w's, for the send timeout
+	dl        sendDeadline // w's write deadline, armed when a send must wait
+	armedAt   int          // sent when dl was last armed (-1: not in this response)
 }
 
 // Read reads the response from memory (for a copy that does not use
@@ -698,6 +704,7 @@ func (o *hitWrite) WriteTo(w io.Writer) (int64, error) {
 	o.sent, o.err = 0, nil
 	if o.w != w {
 		o.w, o.rc = w, nil
+		o.conn, _ = w.(deadliner)
 		if sc, ok := w.(syscall.Conn); ok {
 			rc, err := sc.SyscallConn()
 			if err != nil {
@@ -713,6 +720,8 @@ func (o *hitWrite) WriteTo(w io.Writer) (int64, error) {
 		bufs := net.Buffers{o.hdr, o.body}
 		return bufs.WriteTo(w)
 	}
+	o.clearDeadline() // a raw write fails at once on an expired deadline
+	o.armedAt = -1
 	if err := o.rc.Write(o.sendf); err != nil {
 		return int64(o.sent), err
 	}
@@ -762,6 +771,13 @@ func (o *hitWrite) send(sock uintptr) bool {
 			o.sent += int(n)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			// The socket is full: the wait is bounded by the send
+			// timeout from the last progress (rc.Write returns
+			// os.ErrDeadlineExceeded when it passes).
+			if o.conn != nil && o.sent != o.armedAt {
+				o.dl.arm(o.conn, time.Now())
+				o.armedAt = o.sent
+			}
 			return false
 		default:
 			o.err = os.NewSyscallError("write", errno)
@@ -769,6 +785,13 @@ func (o *hitWrite) send(sock uintptr) bool {
 		}
 	}
 	return true
+}
+
+// clearDeadline removes the write deadline a send armed, if any.
+func (o *hitWrite) clearDeadline() {
+	if o.conn != nil {
+		o.dl.clear(o.conn)
+	}
 }
 
 // headerMoreMinBytes: a sendfile's header is sent with MSG_MORE (held to
@@ -851,7 +874,8 @@ type handoffConn struct {
 	net.Conn
 	mu       sync.Mutex // guards br
 	br       *bufio.Reader
-	admitted atomic.Bool // its first request was admitted by the hit path
+	admitted atomic.Bool  // its first request was admitted by the hit path
+	dl       sendDeadline // the send timeout of net/http's writes (sendtimeout.go)
 }
 
 type handoffKey struct{}
@@ -875,15 +899,6 @@ func (c *handoffConn) Read(p []byte) (int, error) {
 		return br.Read(p)
 	}
 	return c.Conn.Read(p)
-}
-
-// ReadFrom keeps the connection's ReadFrom (counted, sendfile) for
-// net/http's response.ReadFrom.
-func (c *handoffConn) ReadFrom(r io.Reader) (int64, error) {
-	if rf, ok := c.Conn.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(c.Conn, r)
 }
 
 // NetConn returns the accepted connection (for connContext).

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"syscall"
+	"time"
 )
 
 // A cached hit the disk tier also holds is sent from its file with
@@ -55,6 +56,10 @@ func (b *fileBody) WriteTo(w io.Writer) (int64, error) {
 		return int64(n), err
 	}
 	var serr error
+	// The send timeout from the last progress: handoffConn.ReadFrom
+	// armed it just before.
+	conn, _ := w.(deadliner)
+	dl, armedAt := sendDeadline{timeout: httpSendTimeout, armed: time.Now()}, b.off
 	err = rc.Write(func(sock uintptr) bool {
 		for b.off < len(b.data) {
 			off := int64(b.off)
@@ -64,6 +69,10 @@ func (b *fileBody) WriteTo(w io.Writer) (int64, error) {
 			}
 			switch {
 			case err == syscall.EAGAIN:
+				if conn != nil && b.off != armedAt {
+					dl.arm(conn, time.Now())
+					armedAt = b.off
+				}
 				return false // wait until the socket is writable
 			case err == syscall.EINTR:
 			case err != nil:
