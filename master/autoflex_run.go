@@ -58,7 +58,7 @@ type autoState struct {
 	edgeOut    map[string]edgeSample
 	windows    map[string]*rateWindow // node id + "/" + signal -> the node's last heartbeats' rates
 	// The image codecs in force by region and group under the flex state
-	// codecSnap, and the lowest level's: sampleSignals' cache.
+	// codecSnap (signalsFrom's cache), and the lowest level's (initFlex).
 	codecSnap   *willowv1.FlexState
 	codecs      map[[2]string]string
 	normalCodec string
@@ -305,9 +305,6 @@ func (s *Server) signalsFrom(now time.Time, entries []*entry, snap *willowv1.Fle
 			}
 		}
 	}()
-	if s.normalCodec == "" {
-		s.normalCodec = normalCodec(s.plans)
-	}
 	fc := &forecast{normalCodec: s.normalCodec}
 	cf := &cpuForecast{codec: fc.normalCodec, regions: map[string]*regionCPU{}}
 	// The image codec in force, by region and group: one flex.Effective

@@ -123,6 +123,7 @@ func (s *Server) initFlex(store flexStore, reg prometheus.Registerer) error {
 		}
 	}
 	s.plans = plans
+	s.normalCodec = normalCodec(plans) // plans do not change while the master runs
 	s.store = store
 	s.changed = make(chan struct{})
 	s.following = make(chan struct{})
