@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -503,6 +504,18 @@ type autoMemory struct {
 	LastStepAt int64            `json:"last_step_at_unix_ms,omitempty"`
 	LastStep   string           `json:"last_step,omitempty"`
 	Fired      map[string]int64 `json:"fired,omitempty"` // rule -> unix ms
+}
+
+// stepped records step, taken at ms: when, what, and when each rule that
+// fired it fired (for their cooldowns). Fired is copied, not changed in
+// place: m's may be shared with a flex state already stored.
+func (m *autoMemory) stepped(ms int64, step autoStep) {
+	fired := make(map[string]int64, len(m.Fired)+len(step.Rules))
+	maps.Copy(fired, m.Fired)
+	for _, r := range step.Rules {
+		fired[r] = ms
+	}
+	m.Fired, m.LastStepAt, m.LastStep = fired, ms, step.Level+": "+step.Reason
 }
 
 // autoStep is a decision: set Level, for Reason, fired by Rules (up).

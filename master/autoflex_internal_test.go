@@ -52,13 +52,7 @@ func (s *sim) run(d time.Duration, sig func(i int) map[string]float64) {
 		if st, ok := s.e.decide(s.now, s.level, s.mem); ok {
 			s.level = st.Level
 			s.steps = append(s.steps, st)
-			s.mem.LastStepAt, s.mem.LastStep = s.now.UnixMilli(), st.Level
-			if s.mem.Fired == nil {
-				s.mem.Fired = map[string]int64{}
-			}
-			for _, r := range st.Rules {
-				s.mem.Fired[r] = s.now.UnixMilli()
-			}
+			s.mem.stepped(s.now.UnixMilli(), st)
 		}
 	}
 }

@@ -233,10 +233,6 @@ func (s *Server) autoStepOnce(ctx context.Context, now time.Time) error {
 			return c, nil, errNothingDue
 		}
 		nd := c
-		nd.Auto.Fired = maps.Clone(c.Auto.Fired)
-		if nd.Auto.Fired == nil {
-			nd.Auto.Fired = map[string]int64{}
-		}
 		if mode == AutoDryRun {
 			nd.Auto.Proposal = fmt.Sprintf("auto-flex would set %s: %s", step.Level, step.Reason)
 			nd.Auto.ProposalFrom, nd.Auto.ProposalLevel, nd.Auto.ProposalAt = levelName(cur), step.Level, ms
@@ -247,10 +243,7 @@ func (s *Server) autoStepOnce(ctx context.Context, now time.Time) error {
 		prev := c.Setting.Clone()
 		nd.Setting, nd.Prev = set, &prev
 		nd.Actor, nd.Reason, nd.ChangedAt = AutoFlexActor, step.Reason, ms
-		nd.Auto.LastStepAt, nd.Auto.LastStep = ms, step.Level+": "+step.Reason
-		for _, r := range step.Rules {
-			nd.Auto.Fired[r] = ms
-		}
+		nd.Auto.stepped(ms, step)
 		nd.Auto.Proposal, nd.Auto.ProposalFrom, nd.Auto.ProposalLevel, nd.Auto.ProposalAt = "", "", "", 0
 		return nd, &willowv1.AuditEntry{Actor: AutoFlexActor, Action: "set", Reason: step.Reason}, nil
 	})

@@ -1,7 +1,9 @@
 package master
 
 import (
+	"cmp"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,11 +66,7 @@ func (b boxSim) run(t *testing.T, s *Server, rng *rand.Rand) (steps []autoStep, 
 		tasks[k] = task{at + 0.2 + 0.3*rng.Float64() + wall, wall, cpu}
 	}
 	// Sorted by end, as the node observes them.
-	for i := 1; i < len(tasks); i++ {
-		for j := i; j > 0 && tasks[j].done < tasks[j-1].done; j-- {
-			tasks[j], tasks[j-1] = tasks[j-1], tasks[j]
-		}
-	}
+	slices.SortStableFunc(tasks, func(a, b task) int { return cmp.Compare(a.done, b.done) })
 	info := func(id, role, region string) *willowv1.NodeInfo {
 		return &willowv1.NodeInfo{Id: id, Role: role, Region: region}
 	}
@@ -144,13 +142,7 @@ func (b boxSim) run(t *testing.T, s *Server, rng *rand.Rand) (steps []autoStep, 
 		}
 		steps = append(steps, st)
 		level = st.Level
-		mem.LastStepAt, mem.LastStep = at.UnixMilli(), st.Level
-		if mem.Fired == nil {
-			mem.Fired = map[string]int64{}
-		}
-		for _, r := range st.Rules {
-			mem.Fired[r] = at.UnixMilli()
-		}
+		mem.stepped(at.UnixMilli(), st)
 	}
 	return steps, first
 }
