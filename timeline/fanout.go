@@ -18,20 +18,21 @@ type target struct {
 // post record was new, see publishScript) for targets: one
 // publishScript per slot's users (at most FanoutBatch a script), or on a
 // Redis Cluster one nodeScript per master's users, all in one pipeline;
-// the users now holding it are added to the shared held index: on one
-// server the users to hold to hu behind the scripts in their pipeline
-// (indexHolds: no round trip of its own) and to ha by the script that
-// holds them (where it is their first held item or a retry), and those held behind a
-// backlog (rare: a user still holding items after the ratio came down)
-// and, on a cluster, every held user, in a pipeline after the scripts.
-// It returns the delivered and held counts, repeats included.
+// the users now holding it are added to the shared held index and
+// count. On one server the users to hold go to hu behind the scripts in
+// their pipeline (indexHolds: no round trip of its own), and the
+// scripts add them to ha (where it is their first held item, or a
+// retry) and what they held to hc; the users held behind a backlog
+// (rare: a user still holding items after the ratio came down) and, on
+// a cluster, every held user are indexed and counted in a pipeline
+// after the scripts. It returns the delivered and held counts, repeats
+// included.
 //
-// The index is written after the held sets, never before:
-// a release that empties a user's held set drops the user from the
-// index and then looks at the held set again (Server.reindex), so a
-// post held in between is seen by one of the two. A publish that fails
-// between the two steps returns an error; its retry indexes the user
-// again.
+// The index is written after the held sets, never before: a release
+// that empties a user's held set drops the user from the index and then
+// looks at the held set again (Server.reindex), so a post held in
+// between is seen by one of the two. A publish that fails between the
+// two steps returns an error; its retry indexes the user again.
 func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool, ts []target) (delivered, held int, err error) {
 	first := "0"
 	if fresh {
@@ -89,11 +90,8 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 	if err != nil {
 		return 0, 0, err
 	}
-	// On one server the users to hold were indexed behind the scripts
-	// and by them (indexHolds, publishScript), and the scripts counted
-	// what they held; the others
-	// held, behind a backlog, and every user held on a cluster (where the
-	// index's slot is another's) are indexed and counted below.
+	// The held users the scripts' pipeline has not indexed and counted
+	// (see above; on a cluster the index's slot is another's).
 	var units, ages []redis.Z
 	newHeld := 0
 	for c, cmd := range cmds {
@@ -107,7 +105,7 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 			case '0', '1':
 				delivered++
 			case '2':
-				if s.cluster { // one server: the script counted it
+				if s.cluster { // on one server the script added it to hc
 					newHeld++
 				}
 				fallthrough
