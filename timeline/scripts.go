@@ -67,8 +67,8 @@ import (
 // nothing held, so a publish has no round trip for them. The inbox
 // list is trimmed back to max inbox when RPUSH makes it max inbox +
 // min(32, ceil(max inbox/16)) long (one delivery in 32 at the default
-// 1000, each LTRIM dropping 32 items: about the cost of dropping one),
-// so it runs up to 31 items over between trims; a sorted-set inbox from
+// 1000, each LTRIM dropping 32 items), so it runs up to 31 items over
+// between trims; a sorted-set inbox from
 // before lists is trimmed on about one delivery in 16. A user holding
 // items gets new ones held too, so posts reach the inbox in publish
 // order.
