@@ -297,20 +297,15 @@ end
 // user received while delayed). heldHas tells whether ref is held.
 const heldLua = `
 local function hold(hk, ref, score, fresh)
+  local r = false
   if not fresh then
-    local p = redis.pcall('LPOS', hk, ref)
-    if type(p) == 'table' then
-      if not string.find(p.err, 'WRONGTYPE', 1, true) then error(p.err) end
-      return redis.call('ZADD', hk, 'NX', score, ref) == 1, true
-    end
-    if p then return false, false end
+    r = redis.pcall('LPOS', hk, ref)
+    if r and type(r) ~= 'table' then return false, false end
   end
-  local r = redis.pcall('RPUSH', hk, ref)
-  if type(r) == 'table' then
-    if not string.find(r.err, 'WRONGTYPE', 1, true) then error(r.err) end
-    return redis.call('ZADD', hk, 'NX', score, ref) == 1, true
-  end
-  return true, r == 1
+  if not r then r = redis.pcall('RPUSH', hk, ref) end
+  if type(r) ~= 'table' then return true, r == 1 end
+  if not string.find(r.err, 'WRONGTYPE', 1, true) then error(r.err) end
+  return redis.call('ZADD', hk, 'NX', score, ref) == 1, true
 end
 local function heldHas(hk, ref)
   local p = redis.pcall('LPOS', hk, ref)
