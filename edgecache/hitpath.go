@@ -678,7 +678,6 @@ type hitWrite struct {
 	iov       [2]syscall.Iovec
 	conn      deadliner    // w's, for the send timeout
 	dl        sendDeadline // w's write deadline, armed when a send must wait
-	armedAt   int          // sent when dl was last armed (-1: not in this response)
 }
 
 // Read reads the response from memory (for a copy that does not use
@@ -721,7 +720,7 @@ func (o *hitWrite) WriteTo(w io.Writer) (int64, error) {
 		return bufs.WriteTo(w)
 	}
 	o.clearDeadline() // a raw write fails at once on an expired deadline
-	o.armedAt = -1
+	o.dl.mark = -1
 	if err := o.rc.Write(o.sendf); err != nil {
 		return int64(o.sent), err
 	}
@@ -771,13 +770,7 @@ func (o *hitWrite) send(sock uintptr) bool {
 			o.sent += int(n)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
-			// The socket is full: the wait is bounded by the send
-			// timeout from the last progress (rc.Write returns
-			// os.ErrDeadlineExceeded when it passes).
-			if o.conn != nil && o.sent != o.armedAt {
-				o.dl.arm(o.conn, time.Now())
-				o.armedAt = o.sent
-			}
+			o.dl.waiting(o.conn, o.sent) // the wait ends at the send timeout
 			return false
 		default:
 			o.err = os.NewSyscallError("write", errno)

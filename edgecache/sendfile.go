@@ -59,7 +59,7 @@ func (b *fileBody) WriteTo(w io.Writer) (int64, error) {
 	// The send timeout from the last progress: handoffConn.ReadFrom
 	// armed it just before.
 	conn, _ := w.(deadliner)
-	dl, armedAt := sendDeadline{timeout: httpSendTimeout, armed: time.Now()}, b.off
+	dl := sendDeadline{timeout: httpSendTimeout, armed: time.Now(), mark: b.off}
 	err = rc.Write(func(sock uintptr) bool {
 		for b.off < len(b.data) {
 			off := int64(b.off)
@@ -69,10 +69,7 @@ func (b *fileBody) WriteTo(w io.Writer) (int64, error) {
 			}
 			switch {
 			case err == syscall.EAGAIN:
-				if conn != nil && b.off != armedAt {
-					dl.arm(conn, time.Now())
-					armedAt = b.off
-				}
+				dl.waiting(conn, b.off)
 				return false // wait until the socket is writable
 			case err == syscall.EINTR:
 			case err != nil:

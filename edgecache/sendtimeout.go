@@ -28,6 +28,18 @@ type deadliner interface {
 type sendDeadline struct {
 	timeout time.Duration
 	armed   time.Time // when the deadline was last set; zero: none set
+	mark    int       // the bytes sent when waiting last armed it (-1: not yet in this response)
+}
+
+// waiting arms c's deadline before a send waits for the socket to drain,
+// when bytes went since waiting last armed it; else the deadline from
+// that progress holds, and the wait ends with os.ErrDeadlineExceeded
+// when it passes. sent is the response's bytes sent so far.
+func (d *sendDeadline) waiting(c deadliner, sent int) {
+	if c != nil && sent != d.mark {
+		d.arm(c, time.Now())
+		d.mark = sent
+	}
 }
 
 // arm sets c's write deadline the timeout from now, unless one set
