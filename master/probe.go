@@ -155,7 +155,6 @@ func (p *h2Prober) connect(ctx context.Context, addr string) (*h2Conn, error) {
 		c.Close()
 		return nil, err
 	}
-	hc.left = nil
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetWriteDeadline(dl)
 	}
