@@ -433,9 +433,10 @@ func (s *Server) refresh(ctx context.Context) (*view, error) {
 		}
 		s.hb.forget(known) // nodes gone from the registry
 	}
-	if now, last := s.now().UnixMilli(), s.reg.observedMs.Load(); now-last >= 1000 || now < last {
-		if s.reg.observedMs.CompareAndSwap(last, now) {
-			s.met.observe(v, s.now(), s.cfg.MissedAfter)
+	now := s.now()
+	if ms, last := now.UnixMilli(), s.reg.observedMs.Load(); ms-last >= 1000 || ms < last {
+		if s.reg.observedMs.CompareAndSwap(last, ms) {
+			s.met.observe(v, now, s.cfg.MissedAfter)
 		}
 	}
 	return v, nil
