@@ -262,9 +262,10 @@ func (s *Server) readChanged(ctx context.Context, now time.Time) (*view, error) 
 		top = max(top, int64(m.Score))
 		if e := own[id]; e != nil {
 			if old, had := r.m[id]; had && old.e != nil {
-				c := *e
-				c.h = old.e.h
-				r.m[id] = decoded{health: old.health, e: &c} // rec "": a later read decodes in full
+				// e is this load's alone (takeOwn dropped it from own);
+				// rec "": a later read decodes it in full.
+				e.h = old.e.h
+				r.m[id] = decoded{health: old.health, e: e}
 				continue
 			}
 		}
