@@ -39,12 +39,13 @@ type Prober interface {
 // one cached connection per address, without a grpc.ClientConn: between
 // probes a connection is a socket and its HPACK tables, with no
 // goroutine and no buffers (a ClientConn is a reader, a writer and three
-// callback serializers, and 64 KB of buffers: at N = 5000 the prober's
-// 5000 of them were 25 000 of the master's 35 000 goroutines and 176 of
-// its 329 MB of heap). A probe owns its connection while it runs: it
-// writes its request and reads frames until its stream ends, answering
-// the server's SETTINGS and PINGs and returning the DATA bytes it read
-// to the connection's flow-control window. What the server sent after
+// callback serializers, and a 32 KB read buffer: at N = 5000 the
+// prober's 5000 of them were 25 000 of the master's 35 000 goroutines,
+// and their read buffers 176 of its 329 MB of heap in use). A probe
+// owns its connection while it runs: it writes its request and reads
+// frames until its stream ends, answering the server's SETTINGS and
+// PINGs and returning the DATA bytes it read to the connection's
+// flow-control window. What the server sent after
 // the stream's end (in the same read) is kept for the next probe.
 //
 // A probe passes only when the address answers SERVING on a connection,
