@@ -558,9 +558,9 @@ func (s *Server) probeAll(ctx context.Context, es []*entry, now time.Time) map[s
 		healthy = turn
 	}
 	all := append(others, healthy...)
-	perSlot, slots := len(all), 1
+	perSlot := len(all) // probes a slot: all at once unless paced
 	if spread := s.cfg.ProbeInterval / probeSpread; spread >= 2*probeSlot && len(all) > 1 {
-		slots = min(len(all), int(spread/probeSlot))
+		slots := min(len(all), int(spread/probeSlot))
 		perSlot = (len(all) + slots - 1) / slots
 	}
 	start := time.Now()
