@@ -56,9 +56,9 @@
 // (h2Prober): an idle probe connection is a socket and its header
 // tables, no goroutine and no buffers (with ClientConns, the leader's
 // connections to a 5000-node fleet were 25 000 of its 35 000 goroutines
-// and over half its heap; BenchmarkFleet). A probe passes only when the address answers SERVING; a
-// cached connection found closed before the node took the request is
-// dialled again once within the probe.
+// and over half its heap; BenchmarkFleet). A probe passes only when the
+// address answers SERVING; a cached connection found closed before the
+// node took the request is dialled again once within the probe.
 //
 // # Route
 //
