@@ -516,9 +516,10 @@ const probeSlot = 5 * time.Millisecond
 
 // probeSpread is the part of ProbeInterval over which a round's probes
 // start: a round's 500 probes at N = 5000, started 32 at a time as fast
-// as they answered, took ~80 ms in which the master (and the nodes)
-// did little else; a third of the Route calls over 5 ms at N = 5000
-// started inside one (BenchmarkFleet, session 11).
+// as they answered, ran as one ~80 ms burst; a third of the Route calls
+// over 5 ms at N = 5000 started inside a judge round, the probes and
+// the rest of it (BenchmarkFleet, session 11; the master's CPU inside
+// the burst was not measured).
 const probeSpread = 2 // ProbeInterval / probeSpread
 
 // probeAll health-checks every live node that is probing or out of its
