@@ -8,3 +8,6 @@ func SetNodeOf(s *Server, f func(ctx context.Context, key string) string) { s.no
 
 // SlotHeldKey is the held count key of user's slot.
 func SlotHeldKey(s *Server, user string) string { return s.slotHeld(s.slotOf(user)) }
+
+// UserTag is userTag: a user ID escaped for a hash tag.
+func UserTag(user string) string { return userTag(user) }

@@ -277,9 +277,9 @@ func TestDuplicatePublishMarks(t *testing.T) {
 	})
 }
 
-// heldKey is user's held key (userTag's escapes).
+// heldKey is user's held key under the default key prefix.
 func heldKey(user string) string {
-	return "willow:tl:h:{" + strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(user) + "}"
+	return "willow:tl:h:{" + timeline.UserTag(user) + "}"
 }
 
 // heldLen is the number of items user's held list (or sorted set, from
