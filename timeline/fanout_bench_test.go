@@ -228,7 +228,7 @@ func addFollowers(b *testing.B, rdb redis.UniversalClient, author string, f int)
 func fillInboxes(b *testing.B, rdb redis.UniversalClient, f, n int) {
 	ctx := context.Background()
 	inbox := func(i int) string { return fmt.Sprintf("willow:tl:in:{user-%d}", i) }
-	const over = 32 // deliverGroup's trim slack at MaxInbox 1000
+	over := min(32, (n+15)/16) // deliverGroup's trim slack at MaxInbox n: min(32, ceil(n/16))
 	items := make([]any, n+over-1)
 	for j := range items {
 		items[j] = fmt.Sprintf("%d user-%d p%d", j+1, 10000+j%500, 1000000+j)
