@@ -315,10 +315,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.handler = s.m.instrument(nosniff(http.HandlerFunc(s.serveHTTP)))
 	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: httpHeaderTimeout, IdleTimeout: httpIdleTimeout, ConnContext: connContext}
 	if !cfg.NoHitPath {
-		hits := newHitServer(s, s.lis, httpIdleTimeout, httpHeaderTimeout)
-		s.hits = hits
-		// The bytes the hit path read from sockets itself.
-		n.AddLoad(func(l *willowv1.Load) { l.NetBytesIn += hits.in.Load() })
+		s.hits = newHitServer(s, s.lis, httpIdleTimeout, httpHeaderTimeout)
 	}
 	if err := n.Guard().Declare(Methods()); err != nil {
 		return nil, err

@@ -24,15 +24,6 @@ func HitPathServed(s *Server) int64 {
 	return s.hits.served.Load()
 }
 
-// HitPathBytesIn is the number of bytes s's hit path read from sockets
-// itself (added to the heartbeat's net_bytes_in).
-func HitPathBytesIn(s *Server) int64 {
-	if s.hits == nil {
-		return 0
-	}
-	return s.hits.in.Load()
-}
-
 // SetSendTimeout sets the send timeout of the edges started after it,
 // until the test ends.
 func SetSendTimeout(t testing.TB, d time.Duration) {

@@ -58,10 +58,6 @@ type hitServer struct {
 	send    time.Duration // httpSendTimeout: a response's time without progress
 	date    atomic.Pointer[dateLine]
 	served  atomic.Int64 // requests answered here (tests)
-	// in counts the bytes the hit path read from its connections' sockets
-	// itself (rawReader), which the node's counted connection does not
-	// see: the heartbeat's net_bytes_in adds them (edgecache.go).
-	in atomic.Int64
 
 	mu      sync.Mutex // guards conns; closing is set under it
 	conns   map[*hitConn]struct{}
@@ -165,15 +161,23 @@ type hitConn struct {
 	rr       rawReader
 }
 
+// countedConn is the node's counted connection (node.CountListener):
+// the TCP connection it wraps, and the count of bytes read from it
+// without its Read.
+type countedConn interface {
+	NetConn() net.Conn
+	CountRead(n int)
+}
+
 // reader returns what the connection's buffer reads from: the socket
-// itself by raw read(2) calls, when c is a TCP connection under the
-// node's counting wrapper, else c.
+// itself by raw read(2) calls, counted by the node's counting wrapper,
+// when c is a TCP connection under that wrapper, else c.
 func (c *hitConn) reader() io.Reader {
-	u, ok := c.c.(interface{ NetConn() net.Conn })
+	cc, ok := c.c.(countedConn)
 	if !ok {
 		return c.c
 	}
-	sc, ok := u.NetConn().(syscall.Conn)
+	sc, ok := cc.NetConn().(syscall.Conn)
 	if !ok {
 		return c.c
 	}
@@ -181,7 +185,7 @@ func (c *hitConn) reader() io.Reader {
 	if err != nil {
 		return c.c
 	}
-	c.rr = rawReader{rc: rc, total: &c.h.in}
+	c.rr = rawReader{rc: rc, count: cc}
 	c.rr.readf = c.rr.read
 	return &c.rr
 }
@@ -191,21 +195,17 @@ func (c *hitConn) reader() io.Reader {
 // socket is empty, as a Go read does, but without the runtime's Syscall:
 // after the process was idle, that woke the runtime's sysmon thread on
 // the first read of a request (BENCHMARKS.md, Edge cache 2, session 11).
-// It counts what it reads into total in batches of countBatch and at
-// flush.
+// What it reads is counted by the connection it reads under (count), as
+// that connection's own reads are: once, also after a hand-off, where
+// net/http reads the bytes already read from the buffer, not the socket.
 type rawReader struct {
 	rc    syscall.RawConn
 	readf func(uintptr) bool // read
 	p     []byte             // read's buffer, n and errno its result
 	n     int
 	errno syscall.Errno
-	in    int64 // read, not yet in total
-	total *atomic.Int64
+	count countedConn
 }
-
-// countBatch: a connection adds its bytes read to the shared count once
-// it has this many uncounted (as the node's counted connections do).
-const countBatch = 64 << 10
 
 func (r *rawReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
@@ -222,9 +222,7 @@ func (r *rawReader) Read(p []byte) (int, error) {
 	case r.n == 0:
 		return 0, io.EOF
 	}
-	if r.in += int64(r.n); r.in >= countBatch {
-		r.flush()
-	}
+	r.count.CountRead(r.n)
 	return r.n, nil
 }
 
@@ -241,14 +239,6 @@ func (r *rawReader) read(fd uintptr) bool {
 		}
 		r.n, r.errno = int(n), errno
 		return true
-	}
-}
-
-// flush adds the uncounted bytes to the total.
-func (r *rawReader) flush() {
-	if r.in > 0 && r.total != nil {
-		r.total.Add(r.in)
-		r.in = 0
 	}
 }
 
@@ -483,14 +473,12 @@ func (c *hitConn) writeBuffered(rec *bufferedResponse, head bool, now time.Time)
 // drop closes a connection the hit path is done with.
 func (c *hitConn) drop() {
 	c.h.untrack(c)
-	c.rr.flush()
 	c.c.Close()
 }
 
 // handOff gives the connection, with what was read of it, to net/http.
 func (c *hitConn) handOff() {
 	c.h.untrack(c)
-	c.rr.flush()                     // net/http reads the counted connection
 	c.c.SetReadDeadline(time.Time{}) // net/http sets its own
 	c.out.clearDeadline()
 	hc := &handoffConn{Conn: c.c, br: c.br, dl: sendDeadline{timeout: c.h.send}}
@@ -665,7 +653,9 @@ func valueBytes(b []byte) bool {
 // a raw call would hold its P (and a stop of the world) as long; so the
 // sendfile is raw only when the file is warm (sent whole within
 // warmFileWindow), else through Syscall. A hitWrite belongs to one
-// connection, whose raw connection it keeps.
+// connection, whose raw connection it keeps. net/http's disk-tier answers
+// send their body through one too (fileBody.WriteTo: no header, never
+// warm).
 type hitWrite struct {
 	hdr, body []byte
 	fd        int
@@ -701,30 +691,53 @@ func (o *hitWrite) Read(p []byte) (int, error) {
 // from memory).
 func (o *hitWrite) WriteTo(w io.Writer) (int64, error) {
 	o.sent, o.err = 0, nil
-	if o.w != w {
-		o.w, o.rc = w, nil
-		o.conn, _ = w.(deadliner)
-		if sc, ok := w.(syscall.Conn); ok {
-			rc, err := sc.SyscallConn()
-			if err != nil {
-				return 0, err
-			}
-			o.rc = rc
-		}
-		if o.sendf == nil {
-			o.sendf = o.send
-		}
-	}
-	if o.rc == nil {
-		bufs := net.Buffers{o.hdr, o.body}
-		return bufs.WriteTo(w)
+	if err := o.bind(w); err != nil {
+		return 0, err
 	}
 	o.clearDeadline() // a raw write fails at once on an expired deadline
 	o.dl.mark = -1
-	if err := o.rc.Write(o.sendf); err != nil {
-		return int64(o.sent), err
+	return o.sendRest()
+}
+
+// bind makes w the writer o sends to (its raw connection kept while w
+// stays the same).
+func (o *hitWrite) bind(w io.Writer) error {
+	if o.w == w {
+		return nil
 	}
-	return int64(o.sent), o.err
+	o.w, o.rc = w, nil
+	o.conn, _ = w.(deadliner)
+	if sc, ok := w.(syscall.Conn); ok {
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return err
+		}
+		o.rc = rc
+	}
+	if o.sendf == nil {
+		o.sendf = o.send
+	}
+	return nil
+}
+
+// sendRest sends what is left of the response from o.sent on to the
+// writer bound, and returns the bytes it sent.
+func (o *hitWrite) sendRest() (int64, error) {
+	from := o.sent
+	if o.rc == nil {
+		var bufs net.Buffers
+		if o.sent < len(o.hdr) {
+			bufs = append(bufs, o.hdr[o.sent:])
+		}
+		bufs = append(bufs, o.body[max(o.sent-len(o.hdr), 0):])
+		n, err := bufs.WriteTo(o.w)
+		o.sent += int(n)
+		return n, err
+	}
+	if err := o.rc.Write(o.sendf); err != nil {
+		return int64(o.sent - from), err
+	}
+	return int64(o.sent - from), o.err
 }
 
 // send is rc.Write's function: false means wait until the socket is

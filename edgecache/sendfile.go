@@ -1,7 +1,6 @@
 package edgecache
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"io"
@@ -43,46 +42,18 @@ func (b *fileBody) Read(p []byte) (int, error) {
 }
 
 func (b *fileBody) WriteTo(w io.Writer) (int64, error) {
-	start := b.off
-	sc, ok := w.(syscall.Conn)
-	var rc syscall.RawConn
-	var err error
-	if ok {
-		rc, err = sc.SyscallConn()
+	// The hit path's send, from where net/http is: the sendfile loop
+	// through the runtime's Syscall (whether the file is in the page cache
+	// is not known here), and the send timeout from the last progress
+	// (handoffConn.ReadFrom armed it just before).
+	o := &hitWrite{body: b.data, fd: b.fd, sent: b.off,
+		dl: sendDeadline{timeout: httpSendTimeout, armed: time.Now(), mark: b.off}}
+	if err := o.bind(w); err != nil {
+		return 0, err
 	}
-	if !ok || err != nil {
-		n, err := w.Write(b.data[b.off:])
-		b.off += n
-		return int64(n), err
-	}
-	var serr error
-	// The send timeout from the last progress: handoffConn.ReadFrom
-	// armed it just before.
-	conn, _ := w.(deadliner)
-	dl := sendDeadline{timeout: httpSendTimeout, armed: time.Now(), mark: b.off}
-	err = rc.Write(func(sock uintptr) bool {
-		for b.off < len(b.data) {
-			off := int64(b.off)
-			n, err := syscall.Sendfile(int(sock), b.fd, &off, len(b.data)-b.off)
-			if n > 0 {
-				b.off += n
-			}
-			switch {
-			case err == syscall.EAGAIN:
-				dl.waiting(conn, b.off)
-				return false // wait until the socket is writable
-			case err == syscall.EINTR:
-			case err != nil:
-				serr = err
-				return true
-			case n == 0:
-				serr = io.ErrUnexpectedEOF // the file is shorter than the object
-				return true
-			}
-		}
-		return true
-	})
-	return int64(b.off - start), cmp.Or(err, serr)
+	n, err := o.sendRest()
+	b.off = o.sent
+	return n, err
 }
 
 // sendBody flushes the header and sends a hit's body from its disk-tier

@@ -65,10 +65,17 @@ type countingConn struct {
 
 func (c *countingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	c.CountRead(n)
+	return n, err
+}
+
+// CountRead counts n bytes read from the connection's socket by a server
+// that reads it without Read (the edge's hit path reads it by raw
+// syscalls), as Read counts its own: batched, and all of them at Close.
+func (c *countingConn) CountRead(n int) {
 	if c.in.Add(int64(n)) >= countBatch {
 		c.c.in.Add(c.in.Swap(0))
 	}
-	return n, err
 }
 
 func (c *countingConn) Write(p []byte) (int, error) {
@@ -95,6 +102,12 @@ func (c *countingConn) ReadFrom(r io.Reader) (int64, error) {
 // NetConn returns the wrapped connection (as tls.Conn.NetConn does), for
 // a server that sets socket options on it.
 func (c *countingConn) NetConn() net.Conn { return c.Conn }
+
+// ServerBytes returns the bytes read from and written to the connections
+// of n's counted listeners so far (CountListener): what heartbeats carry in
+// net_bytes_in and net_bytes_out besides the dialed connections, up to
+// countBatch per open connection and direction not yet added.
+func (n *Node) ServerBytes() (in, out int64) { return n.net.in.Load(), n.net.out.Load() }
 
 func (c *countingConn) Close() error {
 	c.c.in.Add(c.in.Swap(0))
