@@ -205,10 +205,9 @@ func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scrip
 			}
 			return nil
 		})
+		// cs holds every command queued, answered or not (fn returns
+		// nil), the calls' first: the after commands are cs[len(idx):].
 		afterErr = nil
-		if len(cs) < len(idx) {
-			return err
-		}
 		for _, c := range cs[len(idx):] {
 			if c.Err() != nil && afterErr == nil {
 				afterErr = c.Err()
