@@ -43,6 +43,7 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 	calls, who := s.nodeCalls(ctx, r, first, since, groups, ts)
 	sc := nodeScript
 	var index func(redis.Pipeliner)
+	var indexed *redis.IntCmd // index's command, of the last send
 	if calls == nil {
 		sc = publishScript
 		for _, g := range groups {
@@ -50,10 +51,13 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 			who = append(who, g.users)
 		}
 		if !s.cluster {
-			index = s.indexHolds(ctx, ts)
+			index = s.indexHolds(ctx, ts, &indexed)
 		}
 	}
 	cmds, err := s.runScripts(ctx, sc, calls, index)
+	if err == nil && indexed != nil && indexed.Err() != nil {
+		err = fmt.Errorf("held index: %w", indexed.Err())
+	}
 	if sc == nodeScript {
 		// A slot moved: send the users a call did not reach one slot a
 		// script (all of them, fresh or not, when the call failed).
@@ -140,12 +144,14 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 // hour's hash), as a publish on one server sends it in its scripts'
 // pipeline, behind the scripts: one server runs a pipeline's commands in
 // order, so the index is written after the held sets, and costs no round
-// trip of its own. (The oldest-held index, ha, is the scripts': only a
-// user's first held item, or a retry, changes it.) A user to hold
-// whose inbox had the post already (a retry after the ratio went up) is
-// indexed with nothing held; a release step that picks them finds
-// nothing and drops them again. nil when no target is to be held.
-func (s *Server) indexHolds(ctx context.Context, ts []target) func(redis.Pipeliner) {
+// trip of its own; it sets *cmd to the command each time it queues it,
+// for the caller to read its reply. (The oldest-held index, ha, is the
+// scripts': only a user's first held item, or a retry, changes it.) A
+// user to hold whose inbox had the post already (a retry after the
+// ratio went up) is indexed with nothing held; a release step that
+// picks them finds nothing and drops them again. nil when no target is
+// to be held.
+func (s *Server) indexHolds(ctx context.Context, ts []target, cmd **redis.IntCmd) func(redis.Pipeliner) {
 	var units []redis.Z
 	for _, t := range ts {
 		if t.mode == "h" {
@@ -155,7 +161,7 @@ func (s *Server) indexHolds(ctx context.Context, ts []target) func(redis.Pipelin
 	if len(units) == 0 {
 		return nil
 	}
-	return func(p redis.Pipeliner) { p.ZAdd(ctx, s.rk.heldUnits(), units...) }
+	return func(p redis.Pipeliner) { *cmd = p.ZAdd(ctx, s.rk.heldUnits(), units...) }
 }
 
 // group is one script's worth of one slot's users: the slot's sequence

@@ -187,12 +187,12 @@ type scriptCall struct {
 // commands behind the calls, to the same pipeline, and again behind
 // calls sent again, so they run after every call that ran (one server
 // only: a cluster pipeline's commands to different masters run in no
-// order); their error, if the calls had none, is returned.
+// order); runScripts does not read their replies: the caller keeps the
+// commands after queues (the last send's are the ones that count).
 func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scriptCall, after func(redis.Pipeliner)) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(calls))
-	var afterErr error
 	send := func(idx []int, eval bool) error {
-		cs, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
 				if eval {
 					cmds[i] = sc.Eval(ctx, p, calls[i].keys, calls[i].args...)
@@ -205,14 +205,6 @@ func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scrip
 			}
 			return nil
 		})
-		// cs holds every command queued, answered or not (fn returns
-		// nil), the calls' first: the after commands are cs[len(idx):].
-		afterErr = nil
-		for _, c := range cs[len(idx):] {
-			if c.Err() != nil && afterErr == nil {
-				afterErr = c.Err()
-			}
-		}
 		return err
 	}
 	all := make([]int, len(calls))
@@ -234,9 +226,6 @@ func (s *Server) runScripts(ctx context.Context, sc *redis.Script, calls []scrip
 		if err := c.Err(); err != nil {
 			return cmds, err
 		}
-	}
-	if afterErr != nil {
-		return cmds, fmt.Errorf("held index: %w", afterErr)
 	}
 	return cmds, nil
 }

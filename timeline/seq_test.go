@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"willow/internal/testenv"
 	willowv1 "willow/proto/willow/v1"
@@ -387,6 +389,42 @@ func TestMissingHeldCountAsks(t *testing.T) {
 			t.Errorf("the missing count was created again (%v)", rdb.Get(ctx, key).Val())
 		}
 	})
+}
+
+// TestHeldIndexFails (one server): when the held index's ZADD behind
+// the scripts fails, the publish fails (UNAVAILABLE), though the scripts
+// held the post; its retry, once the index can be written, indexes the
+// user and holds nothing twice.
+func TestHeldIndexFails(t *testing.T) {
+	var rdb redis.UniversalClient = testenv.StartRedis(t).Client(t)
+	ctx := ctxT(t)
+	v := start(t, rdb, timeline.Config{})
+	held, _ := users(0.5)
+	follow(t, v.c, held, "a")
+	v.knobs(0.5, 0)
+	hu := "{willow:tl:}hu"
+	if err := rdb.Set(ctx, hu, "not a zset", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := v.c.Publish(ctx, &willowv1.PublishRequest{Author: "a", PostId: "p1", MediaIds: []string{"s.a.n1.p1"}})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "held index") || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("publish with hu not a zset: %v, want UNAVAILABLE held index: WRONGTYPE", err)
+	}
+	if n := heldLen(t, rdb, held); n != 1 {
+		t.Fatalf("%s holds %d items after the failed publish, want 1", held, n)
+	}
+	if err := rdb.Del(ctx, hu).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := publish(t, v.c, "a", "p1"); r.GetHeld() != 1 {
+		t.Fatalf("retry: %v, want held 1", r)
+	}
+	if n := heldLen(t, rdb, held); n != 1 {
+		t.Errorf("%s holds %d items after the retry, want 1", held, n)
+	}
+	if _, err := rdb.ZScore(ctx, hu, held).Result(); err != nil {
+		t.Errorf("%s not in the held index after the retry: %v", held, err)
+	}
 }
 
 // commandCalls is INFO commandstats' calls of cmd on c.
