@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,11 +191,11 @@ func (lc *loadClient) run(b *testing.B, target string, d time.Duration) (int64, 
 // (daemon off) until the benchmark ends: as many workers as the edge has
 // cores (GOMAXPROCS 2 here; EDGECACHE_BENCH_NGINX_WORKERS=N sets it),
 // listening with reuseport (EDGECACHE_BENCH_NGINX_REUSEPORT=0: one shared
-// socket), sendfile with tcp_nopush (EDGECACHE_BENCH_NGINX_NOPUSH=0: without), no access log, and open_file_cache,
-// as the edge keeps its disk files open. cpu reads the CPU time nginx's
-// master and worker processes have used so far, in all and each (master
-// first).
-func startNginx(b *testing.B, root string) (addr string, cpu func() (time.Duration, []time.Duration)) {
+// socket), sendfile, tcp_nopush on or off as nopush says, no access log,
+// and open_file_cache, as the edge keeps its disk files open. cpu reads
+// the CPU time nginx's master and worker processes have used so far, in
+// all and each (master first).
+func startNginx(b *testing.B, root string, nopush bool) (addr string, cpu func() (time.Duration, []time.Duration)) {
 	b.Helper()
 	bin := "/usr/sbin/nginx"
 	if _, err := os.Stat(bin); err != nil {
@@ -215,12 +214,9 @@ func startNginx(b *testing.B, root string) (addr string, cpu func() (time.Durati
 	if os.Getenv("EDGECACHE_BENCH_NGINX_REUSEPORT") == "0" {
 		reuseport = ""
 	}
-	// tcp_nopush: TCP_CORK around a response (EDGECACHE_BENCH_NGINX_NOPUSH=0:
-	// off, the header written before the sendfile).
-	nopush := "on"
-	if os.Getenv("EDGECACHE_BENCH_NGINX_NOPUSH") == "0" {
-		nopush = "off"
-	}
+	// tcp_nopush: TCP_CORK around a response; off, the header is written
+	// before the sendfile.
+	onOff := map[bool]string{true: "on", false: "off"}[nopush]
 	conf := fmt.Sprintf(`daemon off;
 user root;
 worker_processes %[4]s;
@@ -245,7 +241,7 @@ http {
     add_header Cache-Control "public, max-age=31536000, immutable";
   }
 }
-`, dir, addr, root, workers, reuseport, nopush)
+`, dir, addr, root, workers, reuseport, onOff)
 	cf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		b.Fatal(err)
@@ -260,22 +256,11 @@ http {
 	// nginx and its workers are their own process group: killed at the
 	// end, and when this process is told to stop (a timeout's SIGTERM)
 	// before its cleanups could run.
-	kill := func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	sigs, stop := make(chan os.Signal, 1), make(chan struct{})
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		select {
-		case s := <-sigs:
-			kill()
-			fmt.Fprintf(os.Stderr, "%v: nginx killed\n", s)
-			os.Exit(2)
-		case <-stop:
-		}
-	}()
+	group := -cmd.Process.Pid
+	nginxGroups.add(group)
 	b.Cleanup(func() {
-		signal.Stop(sigs)
-		close(stop)
-		kill()
+		nginxGroups.remove(group)
+		syscall.Kill(group, syscall.SIGKILL)
 		cmd.Wait()
 	})
 	if err := testenv.WaitTCP(addr, 5*time.Second); err != nil {
@@ -296,6 +281,42 @@ http {
 		}
 		return t, each
 	}
+}
+
+// nginxGroups are the process groups of the nginx servers running, all
+// killed when this process is told to stop (one handler, so that none is
+// left behind by another's exit).
+var nginxGroups = &procGroups{groups: map[int]bool{}}
+
+type procGroups struct {
+	once   sync.Once
+	mu     sync.Mutex
+	groups map[int]bool
+}
+
+func (g *procGroups) add(group int) {
+	g.once.Do(func() {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+		go func() {
+			s := <-sigs
+			g.mu.Lock()
+			for group := range g.groups {
+				syscall.Kill(group, syscall.SIGKILL)
+			}
+			fmt.Fprintf(os.Stderr, "%v: nginx killed\n", s)
+			os.Exit(2)
+		}()
+	})
+	g.mu.Lock()
+	g.groups[group] = true
+	g.mu.Unlock()
+}
+
+func (g *procGroups) remove(group int) {
+	g.mu.Lock()
+	delete(g.groups, group)
+	g.mu.Unlock()
 }
 
 // closeInheritedOnExec marks the descriptors this process inherited
@@ -340,12 +361,17 @@ func selfCPU() time.Duration {
 // cache for 100 KiB and 1 MiB objects (photo variants; a short video's
 // first slice) against nginx serving the same files, with the same load
 // client (32 keep-alive connections to each, 5 s each) in the same run.
-// The load client is this test binary run as a child process, so neither
+// nginx runs twice, with tcp_nopush on and off (each is the faster on
+// some rows on this box, BENCHMARKS.md), and the edge's ratio is given
+// against the faster of the two in the run (edge/nginx-%) and against
+// each. EDGECACHE_BENCH_NGINX_NOPUSH=1 (or 0) runs only nginx with
+// tcp_nopush on (or off).
+// The load client is this test binary run as a child process, so no
 // target shares a process with it; it lives for the whole run and keeps
-// its connections to both targets open, so that a slice measures requests,
-// not connection set-up, for both alike.
-// The two targets alternate in 250 ms slices (the order swapped every
-// round) so that load from other processes on the machine hits both alike.
+// its connections to every target open, so that a slice measures requests,
+// not connection set-up, for all alike.
+// The targets alternate in 250 ms slices (the order rotated every
+// round) so that load from other processes on the machine hits them alike.
 //
 //	go test -run '^$' -bench HTTPvsNginx -benchtime 1x ./edgecache
 //
@@ -360,6 +386,26 @@ func BenchmarkHTTPvsNginx(b *testing.B) {
 	b.Run("size=100KiB", func(b *testing.B) { benchHTTPvsNginx(b, 200, 100<<10) })
 	b.Run("size=1MiB", func(b *testing.B) { benchHTTPvsNginx(b, 48, 1<<20) }) // within S4LRU's first segment
 }
+
+// benchTarget is one server of the benchmark and what its slices gave.
+type benchTarget struct {
+	name string
+	urls []string
+	cpu  func() time.Duration // the server's CPU time so far
+	// per process (nginx: master first), for the log; nil for the edge
+	each func() []time.Duration
+
+	n              int64         // requests completed
+	took, srv, cli time.Duration // wall time, server and client CPU
+}
+
+func (t *benchTarget) reqPerSec() float64 { return float64(t.n) / t.took.Seconds() }
+
+// cpuPerReq is the server's CPU per request in µs.
+func (t *benchTarget) cpuPerReq() float64 { return t.srv.Seconds() * 1e6 / float64(t.n) }
+
+// clientPerReq is the load client's CPU per request to t in µs.
+func (t *benchTarget) clientPerReq() float64 { return t.cli.Seconds() * 1e6 / float64(t.n) }
 
 func benchHTTPvsNginx(b *testing.B, objects, size int) {
 	const (
@@ -399,7 +445,6 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 		cfg.SendfileMinBytes, _ = strconv.ParseInt(v, 10, 64) // where sendfile starts
 	}
 	e := startEdge(b, "edge-a-1", cfg, edgecache.Deps{Store: st})
-	ngx, ngxCPU := startNginx(b, root)
 	urls := func(base string) []string {
 		var us []string
 		for _, p := range paths {
@@ -407,72 +452,99 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 		}
 		return us
 	}
-	edgeURLs, ngxURLs := urls(e.url), urls("http://"+ngx)
-	// Warm: every object cached at the edge, every file in the page cache.
-	for _, u := range append(slices.Clone(edgeURLs), ngxURLs...) {
-		resp, err := http.Get(u)
-		if err != nil {
-			b.Fatal(err)
+	targets := []*benchTarget{{name: "edge", urls: urls(e.url), cpu: selfCPU}}
+	for _, nopush := range []bool{true, false} {
+		if v := os.Getenv("EDGECACHE_BENCH_NGINX_NOPUSH"); v != "" && (v == "0") == nopush {
+			continue
 		}
-		n, _ := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || n != int64(size) {
-			b.Fatalf("warming %s: %s, %d bytes", u, resp.Status, n)
+		addr, cpu := startNginx(b, root, nopush)
+		name := map[bool]string{true: "nginx-push", false: "nginx-nopush"}[nopush]
+		targets = append(targets, &benchTarget{name: name, urls: urls("http://" + addr),
+			cpu:  func() time.Duration { t, _ := cpu(); return t },
+			each: func() []time.Duration { _, each := cpu(); return each }})
+	}
+	// Warm: every object cached at the edge, every file in the page cache.
+	all := map[string][]string{}
+	for _, t := range targets {
+		all[t.name] = t.urls
+		for _, u := range t.urls {
+			resp, err := http.Get(u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || n != int64(size) {
+				b.Fatalf("warming %s: %s, %d bytes", u, resp.Status, n)
+			}
 		}
 	}
-	lc := newLoadClient(b, map[string][]string{"edge": edgeURLs, "nginx": ngxURLs}, size, concurrency)
+	lc := newLoadClient(b, all, size, concurrency)
 	if n, _ := strconv.Atoi(os.Getenv("EDGECACHE_BENCH_EDGE_PROCS")); n > 0 {
 		// The edge's process on n Ps (nginx keeps its workers).
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
 	}
-	lc.run(b, "edge", time.Second) // the client's connections opened, both servers hot
-	lc.run(b, "nginx", time.Second)
+	for _, t := range targets {
+		lc.run(b, t.name, time.Second) // the client's connections opened, the servers hot
+	}
 	if n := st.gets.Load(); n != int64(objects) {
 		b.Fatalf("%d origin reads while warming, want %d", n, objects)
 	}
-	_, ngxEach0 := ngxCPU()
+	each0 := map[string][]time.Duration{}
+	for _, t := range targets {
+		if t.each != nil {
+			each0[t.name] = t.each()
+		}
+	}
 	b.ResetTimer()
 	for range b.N {
-		var edgeN, ngxN int64
-		var edgeT, ngxT, edgeC, ngxC, edgeLC, ngxLC time.Duration
+		for _, t := range targets {
+			t.n, t.took, t.srv, t.cli = 0, 0, 0, 0
+		}
 		for r := range int(duration / slice) {
-			for k := range 2 {
-				if (r+k)%2 == 0 {
-					c0 := selfCPU()
-					n, d, lcCPU := lc.run(b, "edge", slice)
-					edgeN, edgeT, edgeC, edgeLC = edgeN+n, edgeT+d, edgeC+selfCPU()-c0, edgeLC+lcCPU
-				} else {
-					c0, _ := ngxCPU()
-					n, d, lcCPU := lc.run(b, "nginx", slice)
-					c1, _ := ngxCPU()
-					ngxN, ngxT, ngxC, ngxLC = ngxN+n, ngxT+d, ngxC+c1-c0, ngxLC+lcCPU
-				}
+			for k := range targets {
+				t := targets[(r+k)%len(targets)] // each target first in turn
+				c0 := t.cpu()
+				n, d, lcCPU := lc.run(b, t.name, slice)
+				t.n, t.took, t.srv, t.cli = t.n+n, t.took+d, t.srv+t.cpu()-c0, t.cli+lcCPU
 			}
 		}
-		edge, nginx := float64(edgeN)/edgeT.Seconds(), float64(ngxN)/ngxT.Seconds()
-		// Server CPU per request: steadier than req/s on a loaded machine,
-		// where the load client and other processes take the cores.
-		edgeCPU, ngxCPUReq := edgeC.Seconds()*1e6/float64(edgeN), ngxC.Seconds()*1e6/float64(ngxN)
-		b.ReportMetric(edge, "edge-req/s")
-		b.ReportMetric(nginx, "nginx-req/s")
-		b.ReportMetric(100*edge/nginx, "edge/nginx-%")
-		b.ReportMetric(edgeCPU, "edge-cpu-us/req")
-		b.ReportMetric(ngxCPUReq, "nginx-cpu-us/req")
-		b.ReportMetric(100*ngxCPUReq/edgeCPU, "nginx/edge-%cpu")
-		// The load client's CPU per request to each: what a server's
-		// answers cost the client (its reads and wake-ups) is in the req/s.
-		edgeLCReq, ngxLCReq := edgeLC.Seconds()*1e6/float64(edgeN), ngxLC.Seconds()*1e6/float64(ngxN)
-		b.ReportMetric(edgeLCReq, "client-edge-cpu-us/req")
-		b.ReportMetric(ngxLCReq, "client-nginx-cpu-us/req")
-		b.Logf("edge cache %.0f req/s, nginx %.0f req/s: %.0f%%; CPU per request edge %.0f us, nginx %.0f us; the client's %.0f us to the edge, %.0f us to nginx",
-			edge, nginx, 100*edge/nginx, edgeCPU, ngxCPUReq, edgeLCReq, ngxLCReq)
-	}
-	if _, each := ngxCPU(); len(each) == len(ngxEach0) {
-		// How nginx's work spread over its master and workers.
-		for i := range each {
-			each[i] -= ngxEach0[i]
+		edge, best := targets[0], targets[1]
+		for _, t := range targets[2:] {
+			if t.reqPerSec() > best.reqPerSec() {
+				best = t
+			}
 		}
-		b.Logf("nginx CPU by process (master first): %v", each)
+		// Server CPU per request: steadier than req/s on a loaded machine,
+		// where the load client and other processes take the cores. The
+		// load client's CPU per request to each: what a server's answers
+		// cost the client (its reads and wake-ups) is in the req/s.
+		b.ReportMetric(100*edge.reqPerSec()/best.reqPerSec(), "edge/nginx-%")
+		b.ReportMetric(100*best.cpuPerReq()/edge.cpuPerReq(), "nginx/edge-%cpu")
+		line := fmt.Sprintf("edge %.0f req/s (CPU %.0f us, client %.0f us)", edge.reqPerSec(), edge.cpuPerReq(), edge.clientPerReq())
+		for _, t := range targets {
+			b.ReportMetric(t.reqPerSec(), t.name+"-req/s")
+			b.ReportMetric(t.cpuPerReq(), t.name+"-cpu-us/req")
+			b.ReportMetric(t.clientPerReq(), "client-"+t.name+"-cpu-us/req")
+			if t != edge {
+				b.ReportMetric(100*edge.reqPerSec()/t.reqPerSec(), "edge/"+t.name+"-%")
+				line += fmt.Sprintf("; %s %.0f req/s: %.0f%% (CPU %.0f us, client %.0f us)",
+					t.name, t.reqPerSec(), 100*edge.reqPerSec()/t.reqPerSec(), t.cpuPerReq(), t.clientPerReq())
+			}
+		}
+		b.Logf("%s; against the faster, %s: %.1f%%", line, best.name, 100*edge.reqPerSec()/best.reqPerSec())
+	}
+	for _, t := range targets {
+		if t.each == nil {
+			continue
+		}
+		if each := t.each(); len(each) == len(each0[t.name]) {
+			// How nginx's work spread over its master and workers.
+			for i := range each {
+				each[i] -= each0[t.name][i]
+			}
+			b.Logf("%s CPU by process (master first): %v", t.name, each)
+		}
 	}
 	if n := st.gets.Load(); n != int64(objects) {
 		b.Fatalf("%d origin reads, want %d: the run was not all hits", n, objects)
