@@ -263,13 +263,17 @@ end
 // from the newest, the newest 8 first and then 100 at a time, down to the first item whose sequence
 // number is below since (a retried publish finds the items of the first
 // attempt among the newest, and none of them is older than since: see
-// seqLag); a sorted set (an inbox from before lists) is asked with
-// ZSCORE. Only a publish that is not a first one pays for it
+// seqLag); a sorted set (an inbox from before lists), which LLEN finds
+// by its WRONGTYPE error, is asked with ZSCORE; any other LLEN error fails
+// the script. Only a publish that is not a first one pays for it
 // (deliverGroup).
 const inboxHas = `
 local function inboxHas(inbox, ref, since)
   local len = redis.pcall('LLEN', inbox)
-  if type(len) == 'table' then return redis.call('ZSCORE', inbox, ref) ~= false end
+  if type(len) == 'table' then
+    if not string.find(len.err, 'WRONGTYPE', 1, true) then error(len.err) end
+    return redis.call('ZSCORE', inbox, ref) ~= false
+  end
   local sub, find, n = string.sub, string.find, #ref
   local hi, size = -1, 8
   while hi >= -len do
