@@ -183,9 +183,11 @@ func TestCentralPiecesReadTheCurves(t *testing.T) {
 	for _, c := range plan.Central {
 		by[strings.Fields(c.Piece)[0]] = c
 	}
-	// Redis: ~2.6 ms per 200-follower publish on one server into full
-	// inboxes (BENCHMARKS.md, session 8) caps it near 380 publishes/s; 7000 nodes with the calibration's mix
-	// (1 timeline in 7) give 1000 timeline nodes, far more than that.
+	// Redis: fanoutCurve's one-server rows (session 11, full inboxes;
+	// log-log between F = 100 and 1000) give ~1.6 ms per 200-follower
+	// publish, which caps it near 640 publishes/s; 7000 nodes with the
+	// calibration's mix (1 timeline in 7) give 1000 timeline nodes, far
+	// more than that.
 	r := by["redis"]
 	if r.Limit < 100 || r.Limit > 1000 || r.Warning == "" || !strings.Contains(r.Warning, "before the timeline nodes") {
 		t.Errorf("redis check %+v", r)
