@@ -19,20 +19,12 @@ type target struct {
 // publishScript per slot's users (at most FanoutBatch a script), or on a
 // Redis Cluster one nodeScript per master's users, all in one pipeline;
 // the users now holding it are added to the shared held index and
-// count. On one server the users to hold go to hu behind the scripts in
-// their pipeline (indexHolds: no round trip of its own), and the
-// scripts add them to ha (where it is their first held item, or a
-// retry) and what they held to hc; the users held behind a backlog
-// (rare: a user still holding items after the ratio came down) and, on
-// a cluster, every held user are indexed and counted in a pipeline
-// after the scripts. It returns the delivered and held counts, repeats
-// included.
-//
-// The index is written after the held sets, never before: a release
-// that empties a user's held set drops the user from the index and then
-// looks at the held set again (Server.reindex), so a post held in
-// between is seen by one of the two. A publish that fails between the
-// two steps returns an error; its retry indexes the user again.
+// count, after the held sets, as the package doc's held-index paragraph
+// ("Every user with held items is in the held index", doc.go: the one
+// account of who writes hu, ha and hc, in what order, and why) says:
+// on one server indexHolds' ZADD behind the scripts, on a cluster and
+// for users held behind a backlog the pipeline below. It returns the
+// delivered and held counts, repeats included.
 func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool, ts []target) (delivered, held int, err error) {
 	first := "0"
 	if fresh {
@@ -141,16 +133,10 @@ func (s *Server) deliver(ctx context.Context, r string, posted int64, fresh bool
 // indexHolds returns the command that adds the targets to hold (mode
 // "h") to the shared held users' index (hu, scored by their unit now,
 // refreshed at every publish so a user's release eligibility follows the
-// hour's hash), as a publish on one server sends it in its scripts'
-// pipeline, behind the scripts: one server runs a pipeline's commands in
-// order, so the index is written after the held sets, and costs no round
-// trip of its own; it sets *cmd to the command each time it queues it,
-// for the caller to read its reply. (The oldest-held index, ha, is the
-// scripts': only a user's first held item, or a retry, changes it.) A
-// user to hold whose inbox had the post already (a retry after the
-// ratio went up) is indexed with nothing held; a release step that
-// picks them finds nothing and drops them again. nil when no target is
-// to be held.
+// hour's hash), for a publish on one server to queue behind its scripts
+// (why that order is safe: the held-index paragraph of doc.go); it sets
+// *cmd to the command each time it queues it, for the caller to read its
+// reply. nil when no target is to be held.
 func (s *Server) indexHolds(ctx context.Context, ts []target, cmd **redis.IntCmd) func(redis.Pipeliner) {
 	var units []redis.Z
 	for _, t := range ts {

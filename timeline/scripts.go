@@ -61,10 +61,10 @@ import (
 // is not a first one, a look through its inbox and an LPOS on the held
 // list first; a list, not a sorted set: a Lua loop's ZADD NX into held
 // sets of 20 to 300 items took 2.5-3.3 to 4.6-5.9 µs a user, its RPUSH
-// onto held lists 1.0-1.9 µs); on one server the held
-// index's hu ZADD goes behind the scripts in their pipeline
-// (Server.indexHolds) and the script writes ha for the users who had
-// nothing held, so a publish has no round trip for them. The inbox
+// onto held lists 1.0-1.9 µs); on one server the script writes ha for
+// the users who had nothing held and adds to hc, and hu's ZADD goes
+// behind the scripts (Server.indexHolds), so a publish has no round trip
+// for them (the held-index protocol: doc.go). The inbox
 // list is trimmed back to max inbox when RPUSH makes it max inbox +
 // min(32, ceil(max inbox/16)) long (one delivery in 32 at the default
 // 1000, each LTRIM dropping 32 items), so it runs up to 31 items over
