@@ -29,14 +29,16 @@ type fanoutPoint struct {
 // held lists, ha for first holds"; measured before the fourth of those
 // changes, which moves the ratio-0.5 figures only): F = 10-1000 one run
 // at 17:34 UTC, load 0.6; F = 5000 the median of six A/B rounds on one
-// server (17:27-17:28, load 0.7-1.1; p99 20.4-31.1 ms) and the slower of
-// two on the cluster (17:28, load 1.0-1.6; p99 29.6 / 44.7 ms).
+// server (17:27-17:28, load 0.7-1.1; p99 20.4-31.1 ms). The cluster's
+// F = 5000 row is session 12's medians of eight rounds (BENCHMARKS.md
+// "Session 12: more rounds", 21:13-21:20 UTC, load 0.1-3.1; p99
+// 25.0-35.7 ms), where session 11 took the slower of two (p99 44.7 ms).
 var fanoutCurve = map[string][]fanoutPoint{
 	"server": {
 		{10, 0.71, 0.88, 4.2}, {100, 1.02, 1.65, 4.2}, {1000, 4.24, 9.58, 5.25}, {5000, 19.0, 24.2, 10.4},
 	},
 	"cluster": {
-		{10, 0.81, 1.07, 6.8}, {100, 1.26, 3.18, 6.8}, {1000, 6.21, 9.23, 7.8}, {5000, 33.6, 44.7, 20.9},
+		{10, 0.81, 1.07, 6.8}, {100, 1.26, 3.18, 6.8}, {1000, 6.21, 9.23, 7.8}, {5000, 22.0, 30.0, 21.0},
 	},
 }
 
