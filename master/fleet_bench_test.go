@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
@@ -170,12 +172,34 @@ func readRuntime() []metrics.Sample {
 // b) to file, whole by rename: the scheduler latency's p50, p99, p99.9
 // and max bucket (µs, from the histogram's difference), the goroutines
 // and live heap at the end, the GC cycles and the GC's share of the CPU
-// in between, and the GC pauses' p99 and max (µs).
+// in between, and the GC pauses' p99 and max (µs). It finds each metric
+// by its name (sample), not by its place in fleetRuntime, and leaves out
+// a figure whose metric the runtime does not have (KindBad).
 func writeRuntime(file string, a, b []metrics.Sample) {
+	sample := func(s []metrics.Sample, name string) (metrics.Value, bool) {
+		for _, m := range s {
+			if m.Name == name && m.Value.Kind() != metrics.KindBad {
+				return m.Value, true
+			}
+		}
+		return metrics.Value{}, false
+	}
+	both := func(name string, kind metrics.ValueKind) (metrics.Value, metrics.Value, bool) {
+		v0, ok0 := sample(a, name)
+		v1, ok1 := sample(b, name)
+		return v0, v1, ok0 && ok1 && v0.Kind() == kind && v1.Kind() == kind
+	}
 	var out strings.Builder
-	hq := func(name string, i int, qs ...float64) {
+	hq := func(label, metric string, qs ...float64) {
+		v0, v1, ok := both(metric, metrics.KindFloat64Histogram)
+		if !ok {
+			return
+		}
 		labels := map[float64]string{0.5: "p50", 0.99: "p99", 0.999: "p999", 1: "max"}
-		h0, h1 := a[i].Value.Float64Histogram(), b[i].Value.Float64Histogram()
+		h0, h1 := v0.Float64Histogram(), v1.Float64Histogram()
+		if len(h0.Counts) != len(h1.Counts) {
+			return
+		}
 		counts := make([]uint64, len(h1.Counts))
 		var total uint64
 		for k := range counts {
@@ -198,17 +222,27 @@ func writeRuntime(file string, a, b []metrics.Sample) {
 					}
 				}
 			}
-			fmt.Fprintf(&out, "%s-%s-us %g\n", name, labels[q], v*1e6)
+			fmt.Fprintf(&out, "%s-%s-us %g\n", label, labels[q], v*1e6)
 		}
 	}
-	hq("master-sched", 0, 0.5, 0.99, 0.999, 1)
-	hq("master-gc-pause", 6, 0.99, 1)
-	fmt.Fprintf(&out, "master-goroutines %d\n", b[1].Value.Uint64())
-	fmt.Fprintf(&out, "master-gc-cycles %d\n", b[2].Value.Uint64()-a[2].Value.Uint64())
-	if cpu := b[4].Value.Float64() - a[4].Value.Float64(); cpu > 0 {
-		fmt.Fprintf(&out, "master-gc-cpu-share %g\n", (b[3].Value.Float64()-a[3].Value.Float64())/cpu)
+	hq("master-sched", "/sched/latencies:seconds", 0.5, 0.99, 0.999, 1)
+	hq("master-gc-pause", "/sched/pauses/total/gc:seconds", 0.99, 1)
+	if v, ok := sample(b, "/sched/goroutines:goroutines"); ok && v.Kind() == metrics.KindUint64 {
+		fmt.Fprintf(&out, "master-goroutines %d\n", v.Uint64())
 	}
-	fmt.Fprintf(&out, "master-heap-live-mib %g\n", float64(b[5].Value.Uint64())/(1<<20))
+	if v0, v1, ok := both("/gc/cycles/total:gc-cycles", metrics.KindUint64); ok {
+		fmt.Fprintf(&out, "master-gc-cycles %d\n", v1.Uint64()-v0.Uint64())
+	}
+	g0, g1, okg := both("/cpu/classes/gc/total:cpu-seconds", metrics.KindFloat64)
+	c0, c1, okc := both("/cpu/classes/total:cpu-seconds", metrics.KindFloat64)
+	if okg && okc {
+		if cpu := c1.Float64() - c0.Float64(); cpu > 0 {
+			fmt.Fprintf(&out, "master-gc-cpu-share %g\n", (g1.Float64()-g0.Float64())/cpu)
+		}
+	}
+	if v, ok := sample(b, "/gc/heap/live:bytes"); ok && v.Kind() == metrics.KindUint64 {
+		fmt.Fprintf(&out, "master-heap-live-mib %g\n", float64(v.Uint64())/(1<<20))
+	}
 	if os.WriteFile(file+".tmp", []byte(out.String()), 0o644) == nil {
 		_ = os.Rename(file+".tmp", file)
 	}
@@ -929,4 +963,40 @@ func benchFleet(b *testing.B, n int) {
 	}
 	b.ReportMetric(0, "ns/op")
 	cancel()
+}
+
+// TestWriteRuntimeByName: writeRuntime finds each metric by its name, so
+// the same samples in another order (and with an unknown one among
+// them) write the same figures.
+func TestWriteRuntimeByName(t *testing.T) {
+	dir := t.TempDir()
+	a := readRuntime()
+	runtime.GC()
+	b := readRuntime()
+	write := func(name string, a, b []metrics.Sample) string {
+		f := filepath.Join(dir, name)
+		writeRuntime(f, a, b)
+		out, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	want := write("in-order", a, b)
+	for _, n := range []string{"master-sched-p99-us", "master-gc-cycles", "master-heap-live-mib", "master-goroutines"} {
+		if !strings.Contains(want, n+" ") {
+			t.Errorf("no %s in\n%s", n, want)
+		}
+	}
+	rev := func(s []metrics.Sample) []metrics.Sample {
+		r := []metrics.Sample{{Name: "/no/such:metric"}}
+		metrics.Read(r)
+		for i := len(s) - 1; i >= 0; i-- {
+			r = append(r, s[i])
+		}
+		return r
+	}
+	if got := write("reversed", rev(a), rev(b)); got != want {
+		t.Errorf("reversed samples wrote\n%s\nwant\n%s", got, want)
+	}
 }
