@@ -365,12 +365,7 @@ func TestSlotHeldCount(t *testing.T) {
 // short.
 func TestMissingHeldCountAsks(t *testing.T) {
 	t.Run("server", func(t *testing.T) {
-		var rdb redis.UniversalClient = testenv.StartRedis(t).Client(t)
-		ctx := ctxT(t)
-		v := start(t, rdb, timeline.Config{})
-		held, _ := users(0.5)
-		follow(t, v.c, held, "a")
-		v.knobs(0.5, 0)
+		rdb, ctx, v, held := heldFollower(t)
 		publish(t, v.c, "a", "p1")
 		key := timeline.SlotHeldKey(v.s, held)
 		if err := rdb.Del(ctx, key).Err(); err != nil {
@@ -391,17 +386,24 @@ func TestMissingHeldCountAsks(t *testing.T) {
 	})
 }
 
+// heldFollower starts a timeline on its own Redis with one user who
+// follows "a" and whose deliveries are held at ratio 0.5.
+func heldFollower(t *testing.T) (redis.UniversalClient, context.Context, *svc, string) {
+	t.Helper()
+	var rdb redis.UniversalClient = testenv.StartRedis(t).Client(t)
+	v := start(t, rdb, timeline.Config{})
+	held, _ := users(0.5)
+	follow(t, v.c, held, "a")
+	v.knobs(0.5, 0)
+	return rdb, ctxT(t), v, held
+}
+
 // TestHeldIndexFails (one server): when the held index's ZADD behind
 // the scripts fails, the publish fails (UNAVAILABLE), though the scripts
 // held the post; its retry, once the index can be written, indexes the
 // user and holds nothing twice.
 func TestHeldIndexFails(t *testing.T) {
-	var rdb redis.UniversalClient = testenv.StartRedis(t).Client(t)
-	ctx := ctxT(t)
-	v := start(t, rdb, timeline.Config{})
-	held, _ := users(0.5)
-	follow(t, v.c, held, "a")
-	v.knobs(0.5, 0)
+	rdb, ctx, v, held := heldFollower(t)
 	hu := "{willow:tl:}hu"
 	if err := rdb.Set(ctx, hu, "not a zset", 0).Err(); err != nil {
 		t.Fatal(err)
