@@ -582,6 +582,18 @@ func benchFleet(b *testing.B, n int) {
 		callerIn, callerOut = w, bufio.NewScanner(r)
 	}
 
+	// Diagnostic configurations (fleetNice): the simulated fleet (this
+	// process, from here on) and, apart, Redis at a lower CPU priority,
+	// as if they were not on the master's box. Set after the master and
+	// the caller started, so they keep the default priority.
+	simNice, redisNice := fleetNice(b, fleetSimNiceEnv), fleetNice(b, fleetRedisNiceEnv)
+	if simNice != 0 {
+		reniceTasks(b, os.Getpid(), simNice)
+	}
+	if redisNice != 0 {
+		reniceTasks(b, redisPid(b, rd.URL), redisNice)
+	}
+
 	// The nodes' gRPC addresses answer the master's health probes: one
 	// health server on many listeners, one listener per node, so the
 	// master keeps one probe connection per node as with a real fleet.
@@ -778,6 +790,11 @@ func benchFleet(b *testing.B, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	if simNice != 0 {
+		// Threads the runtime started since inherit the priority of the
+		// thread that made them; this catches any that did not.
+		reniceTasks(b, os.Getpid(), simNice)
+	}
 	load0 := loadAvg()
 	hb0, hbErr0, started0, skipped0, t0 := hbOK.Load(), hbErr.Load(), hbStarted.Load(), hbSkipped.Load(), time.Now()
 	measuring.Store(true)
@@ -943,6 +960,8 @@ func benchFleet(b *testing.B, n int) {
 	// the box (not the process's own work) held it back.
 	b.ReportMetric(float64(wait1-wait0)/float64(elapsed), "master-runqueue-wait")
 	b.ReportMetric(float64(simWait1-simWait0)/float64(elapsed), "fleet-sim-runqueue-wait")
+	b.ReportMetric(float64(simNice), "fleet-sim-nice")
+	b.ReportMetric(float64(redisNice), "redis-nice")
 	b.ReportMetric((load0+loadAvg())/2, "box-load-avg")
 	b.ReportMetric(float64(hbs)/elapsed.Seconds(), "heartbeats/s")
 	b.ReportMetric(float64(rss)/(1<<20), "rss-mib")
@@ -999,4 +1018,73 @@ func TestWriteRuntimeByName(t *testing.T) {
 	if got := write("reversed", rev(a), rev(b)); got != want {
 		t.Errorf("reversed samples wrote\n%s\nwant\n%s", got, want)
 	}
+}
+
+// fleetSimNiceEnv and fleetRedisNiceEnv select a diagnostic
+// configuration of BenchmarkFleet: the nice value (1-19) the simulated
+// fleet (the benchmark process: its nodes, watchers and health servers)
+// or, apart, the Redis server runs at, so that the master and the Route
+// caller get a core first when the box is short of them. It models a
+// deployment where the fleet and Redis are not on the master's box; it
+// does not replace the default figures (unset: every process at the
+// priority the benchmark started with). The runs report the values as
+// fleet-sim-nice and redis-nice.
+const (
+	fleetSimNiceEnv   = "WILLOW_FLEET_SIM_NICE"
+	fleetRedisNiceEnv = "WILLOW_FLEET_REDIS_NICE"
+)
+
+// fleetNice reads a nice value from env: 0 when unset; a value outside
+// 1-19 fails the benchmark.
+func fleetNice(b *testing.B, env string) int {
+	v := os.Getenv(env)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 19 {
+		b.Fatalf("%s=%q: want a nice value 1-19", env, v)
+	}
+	return n
+}
+
+// reniceTasks sets the nice value of every thread of process pid (on
+// Linux a nice value is a thread's: setpriority on the process ID alone
+// would move only its first thread).
+func reniceTasks(b *testing.B, pid, nice int) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err != nil && !errors.Is(err, syscall.ESRCH) {
+			b.Fatalf("renice thread %d of %d to %d: %v", tid, pid, nice, err)
+		}
+	}
+}
+
+// redisPid is the process ID the Redis server at url answers in INFO.
+func redisPid(b *testing.B, url string) int {
+	c, err := redisClient(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if pid, err := strconv.Atoi(v); err == nil {
+				return pid
+			}
+		}
+	}
+	b.Fatalf("redis at %s: no process_id in INFO server", url)
+	return 0
 }
