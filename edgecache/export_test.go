@@ -31,3 +31,6 @@ func SetSendTimeout(t testing.TB, d time.Duration) {
 	httpSendTimeout = d
 	t.Cleanup(func() { httpSendTimeout = old })
 }
+
+// HeaderMore is headerMore (the hit path's MSG_MORE rule).
+var HeaderMore = headerMore

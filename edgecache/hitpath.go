@@ -159,6 +159,7 @@ type hitConn struct {
 	// (a sliced miss): serveHTTP does not admit it again.
 	admitted bool
 	rr       rawReader
+	answers  int // hits writeHit answered on this connection
 }
 
 // countedConn is the node's counted connection (node.CountListener):
@@ -409,6 +410,8 @@ func (c *hitConn) writeHit(rq req, o *object, signed, head bool, now time.Time) 
 	b = append(b, "X-Content-Type-Options: nosniff\r\n\r\n"...)
 	c.hdr = b
 	c.out.hdr, c.out.body, c.out.fd, c.out.sent, c.out.warm = b, nil, -1, 0, false
+	c.answers++
+	c.out.more = !head && headerMore(len(o.data), c.answers)
 	if !head {
 		c.out.body = o.data
 		if f, ok := c.h.s.diskFile(rq, o, now); ok {
@@ -660,6 +663,7 @@ type hitWrite struct {
 	hdr, body []byte
 	fd        int
 	warm      bool // fd's pages are taken to be in the page cache
+	more      bool // the header is sent with MSG_MORE (headerMore)
 	sent      int  // of hdr, then of body, by send
 	err       error
 	w         io.Writer       // the writer rc is of
@@ -762,7 +766,7 @@ func (o *hitWrite) send(sock uintptr) bool {
 		case o.sent < len(o.hdr):
 			h := o.hdr[o.sent:]
 			var more uintptr
-			if len(o.body) >= headerMoreMinBytes {
+			if o.more {
 				more = syscall.MSG_MORE
 			}
 			n, _, errno = syscall.RawSyscall6(syscall.SYS_SENDTO, sock, uintptr(unsafe.Pointer(&h[0])), uintptr(len(h)), more, 0, 0)
@@ -807,7 +811,23 @@ func (o *hitWrite) clearDeadline() {
 // (24 and 26-30 with persistent ones); a 1 MiB hit on persistent
 // connections was served 1.2-1.5 times as fast with it (BENCHMARKS.md,
 // Edge cache 2, session 11).
-const headerMoreMinBytes = 512 << 10
+//
+// headerMoreAfter: not on a connection's first answers, though. On a
+// young connection (TCP slow start, a small congestion window) the
+// held header delayed the whole 1 MiB answer: with new connections the
+// edge served 93-96% of nginx's req/s with MSG_MORE on every 1 MiB
+// header, 101-102% with it never, 103-107% from the ninth answer on
+// (BENCHMARKS.md, Edge cache 2, session 13).
+const (
+	headerMoreMinBytes = 512 << 10
+	headerMoreAfter    = 8
+)
+
+// headerMore reports whether a sendfile answer with a body of n bytes,
+// the connection's answer-th, sends its header with MSG_MORE.
+func headerMore(n, answer int) bool {
+	return n >= headerMoreMinBytes && answer > headerMoreAfter
+}
 
 // iovec is b as a writev vector (b not empty).
 func iovec(b []byte) syscall.Iovec {

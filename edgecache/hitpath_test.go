@@ -408,3 +408,20 @@ func BenchmarkHitPath(b *testing.B) {
 		})
 	}
 }
+
+// TestHeaderMoreRule: a large sendfile answer's header is held for the
+// body (MSG_MORE) only once the connection is past its first answers, and
+// never for a small one.
+func TestHeaderMoreRule(t *testing.T) {
+	for _, tc := range []struct {
+		n, answer int
+		want      bool
+	}{
+		{1 << 20, 1, false}, {1 << 20, 8, false}, {1 << 20, 9, true}, {1 << 20, 1000, true},
+		{512 << 10, 9, true}, {512<<10 - 1, 9, false}, {100 << 10, 1000, false}, {0, 9, false},
+	} {
+		if got := edgecache.HeaderMore(tc.n, tc.answer); got != tc.want {
+			t.Errorf("HeaderMore(%d bytes, answer %d) = %v, want %v", tc.n, tc.answer, got, tc.want)
+		}
+	}
+}
