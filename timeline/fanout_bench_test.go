@@ -310,7 +310,7 @@ func fillInboxes(b *testing.B, rdb redis.UniversalClient, f, n int) {
 // machine inflates less than latency. make bench-timeline runs it.
 func BenchmarkTimelineFanout(b *testing.B) {
 	for _, kind := range testenv.RedisKinds {
-		for _, f := range []int{10, 100, 1000, 5000} {
+		for _, f := range []int{10, 100, 1000, 2000, 5000} {
 			for _, ratio := range []float64{0, 0.5} {
 				for _, full := range []bool{false, true} {
 					inbox := "small"
