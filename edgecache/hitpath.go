@@ -29,9 +29,8 @@ import (
 // connections are served here first: a request's head is read into the
 // connection's buffer and, when it is a plain hit, answered with header
 // bytes made once per object and the body in the same writev (or, for a
-// large object the disk tier holds, the header sent (with MSG_MORE from
-// headerMoreMinBytes) and the
-// body by sendfile(2) from the tier's file).
+// large object the disk tier holds, the header sent (with MSG_MORE when
+// headerMore says) and the body by sendfile(2) from the tier's file).
 //
 // At the first request that is anything else (a miss, Range, a
 // conditional header, HTTP/1.0, a body, Expect, Connection other than
@@ -411,7 +410,7 @@ func (c *hitConn) writeHit(rq req, o *object, signed, head bool, now time.Time) 
 	c.hdr = b
 	c.out.hdr, c.out.body, c.out.fd, c.out.sent, c.out.warm = b, nil, -1, 0, false
 	c.answers++
-	c.out.more = !head && headerMore(len(o.data), c.answers)
+	c.out.more = headerMore(len(o.data), c.answers)
 	if !head {
 		c.out.body = o.data
 		if f, ok := c.h.s.diskFile(rq, o, now); ok {
@@ -640,9 +639,8 @@ func valueBytes(b []byte) bool {
 
 // hitWrite is one response of the hit path: the header, then the body
 // from memory (fd < 0: one writev of both) or from the disk tier's file fd
-// (the header sent first, with MSG_MORE from headerMoreMinBytes so that
-// it shares a segment with the body,
-// then sendfile(2)). WriteTo is called by the counted connection's
+// (the header sent first, with MSG_MORE when headerMore says so that it
+// shares a segment with the body, then sendfile(2)). WriteTo is called by the counted connection's
 // ReadFrom with the TCP connection.
 //
 // The socket calls are raw system calls (no entersyscall): the socket is
@@ -815,8 +813,8 @@ func (o *hitWrite) clearDeadline() {
 // headerMoreAfter: not on a connection's first answers, though. On a
 // young connection (TCP slow start, a small congestion window) the
 // held header delayed the whole 1 MiB answer: with new connections the
-// edge served 93-96% of nginx's req/s with MSG_MORE on every 1 MiB
-// header, 101-102% with it never, 103-107% from the ninth answer on
+// edge served 93-98% of nginx's req/s with MSG_MORE on every 1 MiB
+// header, 101-102% with it never, 102-107% from the ninth answer on
 // (BENCHMARKS.md, Edge cache 2, session 13).
 const (
 	headerMoreMinBytes = 512 << 10

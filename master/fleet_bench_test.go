@@ -407,10 +407,10 @@ func procStat(pid int) (cpu time.Duration, rss int64, err error) {
 // box's other work starves waits there, one that has nothing to do does
 // not.
 func runqueueWait(pid int) time.Duration {
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	tids, _ := threads(pid)
 	var wait int64
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+	for _, tid := range tids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, tid))
 		if f := strings.Fields(string(b)); err == nil && len(f) >= 2 {
 			ns, _ := strconv.ParseInt(f[1], 10, 64)
 			wait += ns
@@ -591,7 +591,7 @@ func benchFleet(b *testing.B, n int) {
 		reniceTasks(b, os.Getpid(), simNice)
 	}
 	if redisNice != 0 {
-		reniceTasks(b, redisPid(b, rd.URL), redisNice)
+		reniceTasks(b, rd.Pid(), redisNice)
 	}
 
 	// The nodes' gRPC addresses answer the master's health probes: one
@@ -1052,39 +1052,25 @@ func fleetNice(b *testing.B, env string) int {
 // Linux a nice value is a thread's: setpriority on the process ID alone
 // would move only its first thread).
 func reniceTasks(b *testing.B, pid, nice int) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	tids, err := threads(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
+	for _, tid := range tids {
 		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err != nil && !errors.Is(err, syscall.ESRCH) {
 			b.Fatalf("renice thread %d of %d to %d: %v", tid, pid, nice, err)
 		}
 	}
 }
 
-// redisPid is the process ID the Redis server at url answers in INFO.
-func redisPid(b *testing.B, url string) int {
-	c, err := redisClient(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	info, err := c.Info(context.Background(), "server").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			if pid, err := strconv.Atoi(v); err == nil {
-				return pid
-			}
+// threads lists the thread IDs of process pid (/proc/pid/task).
+func threads(pid int) ([]int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var tids []int
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			tids = append(tids, tid)
 		}
 	}
-	b.Fatalf("redis at %s: no process_id in INFO server", url)
-	return 0
+	return tids, err
 }

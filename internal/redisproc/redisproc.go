@@ -149,6 +149,9 @@ func (p *Proc) logTail() string {
 	return string(b)
 }
 
+// Pid is the server's process ID.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Done is closed when the server has exited.
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
