@@ -434,47 +434,102 @@ func loadAvg() float64 {
 // simNode is one simulated node: it registered, heartbeats at 1 Hz with
 // load figures, and holds a Watch stream.
 type simNode struct {
-	info  *willowv1.NodeInfo
-	creds grpc.CallOption
-	mc    willowv1.MasterClient
-	busy  atomic.Bool                // a heartbeat in flight
-	hb    *willowv1.HeartbeatRequest // reused by its heartbeats, one at a time
-	rnd   *rand.Rand                 // its heartbeats' load figures
-	// Its heartbeat stream (HeartbeatStream, as node.heartbeater keeps
-	// one), opened by the first heartbeat and again after one broke; nil
-	// with WILLOW_FLEET_UNARY=1 (unary Heartbeat calls, as older nodes).
+	info    *willowv1.NodeInfo
+	creds   grpc.CallOption
+	mc      willowv1.MasterClient
+	busy    atomic.Bool                // a heartbeat in flight
+	hb      *willowv1.HeartbeatRequest // reused by its heartbeats, one at a time
+	rnd     *rand.Rand                 // its heartbeats' load figures
+	flexVer atomic.Int64               // the flex version its Watch stream last brought
+	// Its heartbeat stream (HeartbeatStream with sparse answers, as
+	// node.heartbeater keeps one), opened by the first heartbeat and
+	// again after one broke; nil with WILLOW_FLEET_UNARY=1 (unary
+	// Heartbeat calls, as older nodes).
 	stream grpc.BidiStreamingClient[willowv1.HeartbeatRequest, willowv1.HeartbeatResponse]
 	end    context.CancelFunc // ends stream
+	ended  chan struct{}      // closed when stream's reader stopped
+	err    error              // why; set before ended is closed
 }
 
-// heartbeat sends sn's heartbeat and returns the master's answer within
-// timeout: on its stream unless unary.
-func (sn *simNode) heartbeat(ctx context.Context, unary bool, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
+// heartbeat sends sn's heartbeat within timeout: on its stream unless
+// unary. As node.heartbeater does, the first heartbeat on a stream
+// waits for its answer, which heartbeat returns; the later ones are
+// only sent (a nil answer), and the stream's reader hands the answers
+// that come to answered.
+func (sn *simNode) heartbeat(ctx context.Context, unary bool, timeout time.Duration, answered func(*simNode, *willowv1.HeartbeatResponse)) (*willowv1.HeartbeatResponse, error) {
+	sn.hb.FlexVersion = sn.flexVer.Load()
 	if unary {
 		hctx, hcancel := context.WithTimeout(ctx, timeout)
 		defer hcancel()
 		return sn.mc.Heartbeat(hctx, sn.hb, sn.creds)
 	}
-	if sn.stream == nil {
-		sctx, cancel := context.WithCancel(ctx)
-		st, err := sn.mc.HeartbeatStream(sctx, sn.creds)
-		if err != nil {
-			cancel()
+	sn.hb.SparseAnswers = true
+	if sn.stream != nil {
+		select {
+		case <-sn.ended:
+			err := sn.err
+			sn.closeStream()
+			if ctx.Err() == nil {
+				return nil, err // the stream broke since the last beat
+			}
+			return nil, ctx.Err()
+		default:
+		}
+		late := time.AfterFunc(timeout, sn.end)
+		err := sn.stream.Send(sn.hb)
+		if !late.Stop() || err != nil {
+			if errors.Is(err, io.EOF) {
+				<-sn.ended
+				err = sn.err
+			}
+			sn.closeStream()
+			if err == nil {
+				err = context.DeadlineExceeded
+			}
 			return nil, err
 		}
-		sn.stream, sn.end = st, cancel
+		return nil, nil
 	}
-	late := time.AfterFunc(timeout, sn.end)
-	err := sn.stream.Send(sn.hb)
+	sctx, cancel := context.WithCancel(ctx)
+	st, err := sn.mc.HeartbeatStream(sctx, sn.creds)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	late := time.AfterFunc(timeout, cancel)
+	err = st.Send(sn.hb)
 	var resp *willowv1.HeartbeatResponse
 	if err == nil || errors.Is(err, io.EOF) {
-		resp, err = sn.stream.Recv()
+		resp, err = st.Recv()
 	}
-	if !late.Stop() || err != nil {
-		sn.end()
-		sn.stream = nil
+	if !late.Stop() && err == nil {
+		err = context.DeadlineExceeded
 	}
-	return resp, err
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	sn.stream, sn.end, sn.ended, sn.err = st, cancel, make(chan struct{}), nil
+	ended := sn.ended
+	go func() {
+		defer close(ended)
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				sn.err = err
+				return
+			}
+			answered(sn, resp)
+		}
+	}()
+	return resp, nil
+}
+
+// closeStream ends sn's heartbeat stream and waits for its reader.
+func (sn *simNode) closeStream() {
+	sn.end()
+	<-sn.ended
+	sn.stream = nil
 }
 
 // fleetSlot is the simulated fleet's heartbeat scheduling step: each node
@@ -676,6 +731,13 @@ func benchFleet(b *testing.B, n int) {
 	var hbMu sync.Mutex
 	var hbLat []time.Duration // heartbeat latency while measuring
 	var lastHbErr atomic.Value
+	var hbAnswers atomic.Int64 // answers after a stream's first (sparse answers)
+	answered := func(sn *simNode, resp *willowv1.HeartbeatResponse) {
+		hbAnswers.Add(1)
+		if resp.GetReregister() && ctx.Err() == nil {
+			_, _ = sn.mc.Register(ctx, &willowv1.RegisterRequest{Node: sn.info}, sn.creds)
+		}
+	}
 	beat := func(sn *simNode) {
 		defer sn.busy.Store(false)
 		r := sn.rnd
@@ -686,7 +748,7 @@ func benchFleet(b *testing.B, n int) {
 		l.NetBytesIn, l.NetBytesOut = r.Int64N(1<<40), r.Int64N(1<<40)
 		l.Gauges["pool1_bytes"] = float64(r.IntN(1 << 30))
 		hs := time.Now()
-		resp, err := sn.heartbeat(ctx, unary, 2*time.Second)
+		resp, err := sn.heartbeat(ctx, unary, 2*time.Second, answered)
 		if measuring.Load() {
 			d := time.Since(hs)
 			hbMu.Lock()
@@ -765,6 +827,7 @@ func benchFleet(b *testing.B, n int) {
 					}
 					seenMu.Lock()
 					v := ev.GetFlex().GetVersion()
+					sn.flexVer.Store(v)
 					seen[v] = append(seen[v], at)
 					seenMu.Unlock()
 				}
@@ -796,7 +859,7 @@ func benchFleet(b *testing.B, n int) {
 		reniceTasks(b, os.Getpid(), simNice)
 	}
 	load0 := loadAvg()
-	hb0, hbErr0, started0, skipped0, t0 := hbOK.Load(), hbErr.Load(), hbStarted.Load(), hbSkipped.Load(), time.Now()
+	hb0, hbErr0, started0, skipped0, answers0, t0 := hbOK.Load(), hbErr.Load(), hbStarted.Load(), hbSkipped.Load(), hbAnswers.Load(), time.Now()
 	measuring.Store(true)
 	var prop, worst, route, routeFull []time.Duration
 	missed, routeFailed := 0, 0
@@ -947,6 +1010,9 @@ func benchFleet(b *testing.B, n int) {
 	b.ReportMetric(ms(pct(prop, 0.99)), "propagation-p99-ms")
 	b.ReportMetric(ms(pct(worst, 1)), "propagation-max-ms")
 	hbMu.Lock()
+	// A heartbeat's time in the simulated node: to its answer when it
+	// waits for one (unary, a stream's first), else (sparse answers) to
+	// its send.
 	b.ReportMetric(ms(pct(hbLat, 0.99)), "heartbeat-p99-ms")
 	hbMu.Unlock()
 	b.ReportMetric(ms(pct(route, 0.5)), "route-p50-ms")
@@ -968,6 +1034,10 @@ func benchFleet(b *testing.B, n int) {
 	b.ReportMetric(float64(hbErr.Load()-hbErr0)/elapsed.Seconds(), "heartbeats-failed/s")
 	b.ReportMetric(float64(hbStarted.Load()-started0)/elapsed.Seconds(), "heartbeats-offered/s")
 	b.ReportMetric(float64(hbSkipped.Load()-skipped0)/elapsed.Seconds(), "heartbeats-skipped/s")
+	// The answers the master sent for the heartbeats after a stream's
+	// first (sparse answers: reregister, drills, a flex version the node
+	// did not have yet).
+	b.ReportMetric(float64(hbAnswers.Load()-answers0)/elapsed.Seconds(), "heartbeat-answers/s")
 	b.ReportMetric(float64(missed), "watchers-missed")
 	b.ReportMetric(float64(routeFailed), "route-failed")
 	// The master's runtime figures of the measured part (writeRuntime).

@@ -148,6 +148,123 @@ func TestHeartbeatStream(t *testing.T) {
 	}
 }
 
+// TestHeartbeatStreamSparse: on a stream whose heartbeats ask for sparse
+// answers, the master answers the first, then only those whose answer
+// carries something: a flex version other than the node's, drills
+// ordered and ended, reregister. The heartbeats it does not answer still
+// count (the node stays in Route), and the answers that come are the
+// only messages the master sent on the stream.
+func TestHeartbeatStreamSparse(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	m := startRegMaster(t, rdb, "master-1", regConfig(), okProber{})
+	info := &willowv1.NodeInfo{Id: "upload-a-1", Role: "upload", Region: "a", Addr: "127.0.0.1:1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	reg, err := m.client.Register(ctx, &willowv1.RegisterRequest{Node: info})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ver := reg.GetFlex().GetVersion()
+	sent := func() float64 {
+		return counter(t, m.node.Registry(), "grpc_server_msg_sent_total", map[string]string{"grpc_method": "HeartbeatStream"})
+	}
+	// open starts a stream for node whose answers come on the channel.
+	open := func(node *willowv1.NodeInfo) (func(ver int64), <-chan *willowv1.HeartbeatResponse) {
+		st, err := m.client.HeartbeatStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers := make(chan *willowv1.HeartbeatResponse, 100)
+		go func() {
+			defer close(answers)
+			for {
+				resp, err := st.Recv()
+				if err != nil {
+					return
+				}
+				answers <- resp
+			}
+		}()
+		beat := func(ver int64) {
+			t.Helper()
+			if err := st.Send(&willowv1.HeartbeatRequest{Node: node, Load: &willowv1.Load{SuccessRate: 1}, FlexVersion: ver, SparseAnswers: true}); err != nil {
+				t.Fatalf("send: %v", err)
+			}
+		}
+		return beat, answers
+	}
+	// next beats until an answer comes (within 3 s), and returns it.
+	next := func(beat func(int64), answers <-chan *willowv1.HeartbeatResponse, what string) *willowv1.HeartbeatResponse {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+			beat(ver)
+			select {
+			case resp, ok := <-answers:
+				if !ok {
+					t.Fatalf("%s: the stream ended", what)
+				}
+				return resp
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		t.Fatalf("%s: no answer within 3 s", what)
+		return nil
+	}
+	// none beats n times and fails if any is answered.
+	none := func(beat func(int64), answers <-chan *willowv1.HeartbeatResponse, n int, what string) {
+		t.Helper()
+		for range n {
+			beat(ver)
+		}
+		select {
+		case resp := <-answers:
+			t.Fatalf("%s: answered %v, want no answer", what, resp)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+
+	beat, answers := open(info)
+	if resp := next(beat, answers, "first heartbeat"); resp.GetReregister() || resp.GetFlexVersion() != ver || len(resp.GetDrills()) != 0 {
+		t.Fatalf("first heartbeat: %v, want version %d, nothing else", resp, ver)
+	}
+	none(beat, answers, 5, "heartbeats with nothing to say")
+	beat(ver + 1000)
+	if resp := <-answers; resp.GetFlexVersion() != ver {
+		t.Fatalf("heartbeat of another flex version: %v, want version %d", resp, ver)
+	}
+	if n := sent(); n != 2 {
+		t.Fatalf("%v answers sent for 7 heartbeats, want 2", n)
+	}
+	regWait(t, 5*time.Second, "node in Route", func() bool { return inRoute(m.client, "upload", "a", info.Id) })
+
+	if _, err := m.client.SetDrill(ctx, &willowv1.SetDrillRequest{Token: "t", ForMs: 10_000,
+		Drill: &willowv1.Drill{NodeAddr: info.Id, Kind: "latency", LatencyMs: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp := next(beat, answers, "drill ordered"); len(resp.GetDrills()) != 1 || resp.GetDrills()[0].GetLatencyMs() != 5 {
+		t.Fatalf("answer after the drill: %v, want the drill", resp)
+	}
+	none(beat, answers, 3, "heartbeats during the drill")
+	if _, err := m.client.SetDrill(ctx, &willowv1.SetDrillRequest{Token: "t", ForMs: 0,
+		Drill: &willowv1.Drill{NodeAddr: info.Id, Kind: "latency"}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp := next(beat, answers, "drill ended"); len(resp.GetDrills()) != 0 {
+		t.Fatalf("answer after the drill ended: %v, want no drills", resp)
+	}
+	none(beat, answers, 3, "heartbeats after the drill")
+
+	// A node the registry does not know is asked to register again at
+	// every heartbeat, not only at the stream's first.
+	gone := &willowv1.NodeInfo{Id: "upload-a-9", Role: "upload", Region: "a", Addr: "127.0.0.1:9"}
+	beat, answers = open(gone)
+	for i := range 3 {
+		if resp := next(beat, answers, "unknown node"); !resp.GetReregister() {
+			t.Fatalf("heartbeat %d of an unknown node: %v, want reregister", i, resp)
+		}
+	}
+}
+
 // rawCodec sends and receives messages as the bytes given: a caller that
 // writes whatever it likes on the stream.
 type rawCodec struct{}
@@ -173,7 +290,8 @@ func TestHeartbeatStreamRefuses(t *testing.T) {
 	nodeCreds := auth.NodeCredentials{Secret: hbSecret, ID: info.Id, Role: info.Role, Instance: "i1"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := willowv1.NewMasterClient(dialMaster(t, m.addr, nodeCreds)).Register(ctx, &willowv1.RegisterRequest{Node: info}); err != nil {
+	reg, err := willowv1.NewMasterClient(dialMaster(t, m.addr, nodeCreds)).Register(ctx, &willowv1.RegisterRequest{Node: info})
+	if err != nil {
 		t.Fatal(err)
 	}
 	first := func(creds credentials.PerRPCCredentials, req *willowv1.HeartbeatRequest) error {
@@ -215,6 +333,28 @@ func TestHeartbeatStreamRefuses(t *testing.T) {
 	theirs := &willowv1.NodeInfo{Id: "upload-a-2", Role: "upload", Region: "a", Addr: "127.0.0.1:2"}
 	_, err = streamBeat(st, &willowv1.HeartbeatRequest{Node: theirs})
 	wantStatus(t, "another node's heartbeat mid-stream", err, codes.PermissionDenied, auth.ReasonNodeIdentity)
+
+	// With sparse answers, the same: heartbeats that are not answered,
+	// then another node's, whose refusal ends the stream with its status
+	// (the node that never read an answer reads that one).
+	st, err = willowv1.NewMasterClient(dialMaster(t, m.addr, nodeCreds)).HeartbeatStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sparse := &willowv1.HeartbeatRequest{Node: info, Load: &willowv1.Load{SuccessRate: 1}, FlexVersion: reg.GetFlex().GetVersion(), SparseAnswers: true}
+	for range 5 {
+		if err := st.Send(sparse); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Send(&willowv1.HeartbeatRequest{Node: theirs, SparseAnswers: true}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if resp, err := st.Recv(); err != nil || resp.GetReregister() {
+		t.Fatalf("first sparse heartbeat: %v %v, want its answer", resp, err)
+	}
+	_, err = st.Recv()
+	wantStatus(t, "another node's sparse heartbeat", err, codes.PermissionDenied, auth.ReasonNodeIdentity)
 
 	// Bytes that do not decode as a HeartbeatRequest (field 1 with wire
 	// type 7, which does not exist).
@@ -260,9 +400,56 @@ func TestNodeHeartbeatsOnOneStream(t *testing.T) {
 	if n := counter(t, reg, "grpc_server_started_total", map[string]string{"grpc_method": "Heartbeat"}); n != 0 {
 		t.Fatalf("%v unary heartbeats, want none", n)
 	}
+	// Sparse answers: the stream's first heartbeat is answered, the
+	// others have nothing to say.
+	if n := counter(t, reg, "grpc_server_msg_sent_total", map[string]string{"grpc_method": "HeartbeatStream"}); n != 1 {
+		t.Fatalf("%v answers on the heartbeat stream, want 1", n)
+	}
 	if !inRoute(m.client, "upload", "a", "upload-a-1") {
 		t.Fatal("node not in Route")
 	}
+}
+
+// TestNodeHeartbeatsDenseMaster: a node whose master answers every
+// heartbeat on the stream (one that predates sparse answers: here the
+// field is cleared on the way in) reads the answers as they come, and
+// stays on its one stream and in Route.
+func TestNodeHeartbeatsDenseMaster(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	dense := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if info.FullMethod != willowv1.Master_HeartbeatStream_FullMethodName {
+			return h(srv, ss)
+		}
+		return h(srv, denseStream{ss})
+	}
+	m := startAuthMaster(t, rdb, dense)
+	n, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", MasterAddr: m.addr,
+		HeartbeatInterval: 50 * time.Millisecond, ShutdownGrace: time.Second, HTTPAddr: "127.0.0.1:1", Logger: quiet(),
+		Auth: &auth.Config{ClusterSecret: hbSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, n.Run)
+	reg := m.node.Registry()
+	sent := func() float64 {
+		return counter(t, reg, "grpc_server_msg_sent_total", map[string]string{"grpc_method": "HeartbeatStream"})
+	}
+	regWait(t, 5*time.Second, "10 answers on the stream", func() bool { return sent() >= 10 })
+	if o := counter(t, reg, "grpc_server_started_total", map[string]string{"grpc_method": "HeartbeatStream"}); o != 1 {
+		t.Fatalf("%v heartbeat streams, want 1", o)
+	}
+	regWait(t, 2*time.Second, "node in Route", func() bool { return inRoute(m.client, "upload", "a", "upload-a-1") })
+}
+
+// denseStream clears sparse_answers in the heartbeats it receives.
+type denseStream struct{ grpc.ServerStream }
+
+func (d denseStream) RecvMsg(m any) error {
+	err := d.ServerStream.RecvMsg(m)
+	if req, ok := m.(*willowv1.HeartbeatRequest); ok {
+		req.SparseAnswers = false
+	}
+	return err
 }
 
 // TestNodeHeartbeatStreamFallback: a node whose heartbeat stream breaks

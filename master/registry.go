@@ -229,17 +229,20 @@ func (s *Server) Heartbeat(ctx context.Context, req *willowv1.HeartbeatRequest) 
 }
 
 // HeartbeatStream is Heartbeat over one long-lived stream: each request
-// is handled as a Heartbeat call would handle it and answered in order.
-// A request that Heartbeat refuses (node info invalid, the credential of
-// another node, an ID another credential holds) ends the stream with that
-// status, reason included; a message that does not decode ends it with
-// grpc-go's INTERNAL status (written by the stream before the handler sees
-// the error, as for a unary call's request). At N = 5000 a unary heartbeat a node a second
-// was mostly grpc-go's per-call work on both sides (a new stream, its
-// headers and handler): here a heartbeat is one message each way
-// (BenchmarkFleet).
+// is handled as a Heartbeat call would handle it, in order. Every request
+// is answered, in order, but those that set sparse_answers: they are
+// answered only when the answer carries something (sparseSkip). A request
+// that Heartbeat refuses (node info invalid, the credential of another
+// node, an ID another credential holds) ends the stream with that status,
+// reason included; a message that does not decode ends it with grpc-go's
+// INTERNAL status (written by the stream before the handler sees the
+// error, as for a unary call's request). At N = 5000 a unary heartbeat a
+// node a second was mostly grpc-go's per-call work on both sides (a new
+// stream, its headers and handler): here a heartbeat is one message in,
+// and with sparse answers mostly none out (BenchmarkFleet).
 func (s *Server) HeartbeatStream(stream grpc.BidiStreamingServer[willowv1.HeartbeatRequest, willowv1.HeartbeatResponse]) error {
 	ctx := stream.Context()
+	var last *willowv1.HeartbeatResponse // the last answer sent; nil before the first
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -252,10 +255,26 @@ func (s *Server) HeartbeatStream(stream grpc.BidiStreamingServer[willowv1.Heartb
 		if err != nil {
 			return err
 		}
+		if req.GetSparseAnswers() && sparseSkip(req, resp, last) {
+			continue
+		}
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
+		last = resp
 	}
+}
+
+// sparseSkip reports whether a sparse_answers heartbeat's answer resp
+// carries nothing for the node, given the last answer sent on its stream
+// (nil: none yet, so the first is always sent): no reregister, the
+// node's own flex version, and the drills of the last answer.
+func sparseSkip(req *willowv1.HeartbeatRequest, resp, last *willowv1.HeartbeatResponse) bool {
+	if last == nil || resp.GetReregister() || resp.GetFlexVersion() != req.GetFlexVersion() {
+		return false
+	}
+	a, b := resp.GetDrills(), last.GetDrills()
+	return slices.EqualFunc(a, b, func(x, y *willowv1.Drill) bool { return proto.Equal(x, y) })
 }
 
 // heartbeat is one heartbeat of a node, by a unary call or on a stream.

@@ -34,7 +34,7 @@ func (n *Node) runMaster(ctx context.Context) {
 func (n *Node) heartbeatLoop(ctx context.Context, mc willowv1.MasterClient) {
 	t := time.NewTicker(n.cfg.HeartbeatInterval)
 	defer t.Stop()
-	hb := &heartbeater{mc: mc}
+	hb := &heartbeater{mc: mc, apply: n.applyHeartbeat}
 	defer hb.close()
 	for {
 		if n.activeDrill("silence") == nil {
@@ -66,11 +66,19 @@ func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient, hb *heartbeat
 	if st := n.Flex(); st != nil {
 		ver = st.GetVersion()
 	}
-	resp, err := hb.beat(ctx, &willowv1.HeartbeatRequest{Node: n.Info(), Load: n.load(), FlexVersion: ver}, n.cfg.HeartbeatInterval)
+	resp, err := hb.beat(ctx, &willowv1.HeartbeatRequest{Node: n.Info(), Load: n.load(), FlexVersion: ver, SparseAnswers: true}, n.cfg.HeartbeatInterval)
 	if err != nil {
 		n.log.Debug("heartbeat", "err", err)
 		return
 	}
+	if resp != nil {
+		n.applyHeartbeat(resp)
+	}
+}
+
+// applyHeartbeat takes the master's answer to a heartbeat: register again
+// when it asks, and run the drills it lists (none: the drills ended).
+func (n *Node) applyHeartbeat(resp *willowv1.HeartbeatResponse) {
 	if resp.GetReregister() {
 		n.registered.Store(false)
 	}
@@ -86,47 +94,99 @@ const unaryHeartbeatFor = time.Minute
 // over one long-lived HeartbeatStream, opened at the first heartbeat and
 // again at the one after it broke, or by unary Heartbeat calls while the
 // master does not have the stream. The node's heartbeat loop owns it.
+//
+// On the stream the heartbeats ask for sparse answers: the first one on
+// a stream waits for its answer (the master always sends it; it says
+// whether the master has the stream, and which drills the node runs);
+// the later ones are only sent, and the answers the master sends for
+// them (register again, other drills, a newer flex version) are read by
+// the stream's own reader and handed to apply as they come. A master that
+// answers every heartbeat (one that predates sparse answers) is served
+// the same way.
 type heartbeater struct {
 	mc         willowv1.MasterClient
-	stream     grpc.BidiStreamingClient[willowv1.HeartbeatRequest, willowv1.HeartbeatResponse]
-	cancel     context.CancelFunc // ends stream
-	unaryUntil time.Time          // the master has no stream: unary calls until then
+	apply      func(*willowv1.HeartbeatResponse) // an answer read by a stream's reader
+	cur        *hbStream                         // the open stream, nil when none
+	unaryUntil time.Time                         // the master has no stream: unary calls until then
 }
 
-// beat sends req and returns the master's answer within timeout. A
-// stream whose answer is late or fails is closed (the next beat opens
-// another); when the master does not have the stream, this heartbeat and
-// those of the next unaryHeartbeatFor are unary calls.
+// hbStream is one open HeartbeatStream and its reader.
+type hbStream struct {
+	st     grpc.BidiStreamingClient[willowv1.HeartbeatRequest, willowv1.HeartbeatResponse]
+	cancel context.CancelFunc // ends st
+	ended  chan struct{}      // closed when the reader stopped: st broke or was ended
+	err    error              // why the reader stopped; set before ended is closed
+}
+
+// beat sends req within timeout. On a stream it opens, it returns the
+// master's answer; on one already open it returns a nil answer once req
+// is sent (the answers, when any, go to h.apply). A stream that broke
+// is replaced by a new one for req; a stream whose first answer is late,
+// or whose send does not go through within timeout, is closed (the next
+// beat opens another); when the master does not have the stream, this
+// heartbeat and those of the next unaryHeartbeatFor are unary calls.
 func (h *heartbeater) beat(ctx context.Context, req *willowv1.HeartbeatRequest, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
 	if time.Now().Before(h.unaryUntil) {
 		return h.unary(ctx, req, timeout)
 	}
-	if h.stream == nil {
-		sctx, cancel := context.WithCancel(ctx)
-		st, err := h.mc.HeartbeatStream(sctx, grpc.WaitForReady(false))
-		if err != nil {
-			cancel()
-			return nil, err
+	if cur := h.cur; cur != nil {
+		select {
+		case <-cur.ended: // broke since the last beat: req opens another
+			h.close()
+		default:
+			late := time.AfterFunc(timeout, cur.cancel) // a blocked send ends the stream
+			err := cur.st.Send(req)
+			if !late.Stop() || err != nil {
+				if errors.Is(err, io.EOF) { // the stream ended: its reader has the status
+					<-cur.ended
+					err = cur.err
+				}
+				h.close()
+				if err == nil {
+					err = context.DeadlineExceeded
+				}
+				return nil, err
+			}
+			return nil, nil
 		}
-		h.stream, h.cancel = st, cancel
 	}
-	late := time.AfterFunc(timeout, h.cancel) // a late answer ends the stream
-	err := h.stream.Send(req)
+	sctx, cancel := context.WithCancel(ctx)
+	st, err := h.mc.HeartbeatStream(sctx, grpc.WaitForReady(false))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	late := time.AfterFunc(timeout, cancel) // a late first answer ends the stream
+	err = st.Send(req)
 	var resp *willowv1.HeartbeatResponse
 	if err == nil || errors.Is(err, io.EOF) { // io.EOF: the stream ended, Recv says how
-		resp, err = h.stream.Recv()
+		resp, err = st.Recv()
 	}
-	if !late.Stop() || err != nil {
-		h.close()
+	if !late.Stop() && err == nil {
+		err = context.DeadlineExceeded
 	}
-	if err == nil {
-		return resp, nil
+	if err != nil {
+		cancel()
+		if status.Code(err) == codes.Unimplemented {
+			h.unaryUntil = time.Now().Add(unaryHeartbeatFor)
+			return h.unary(ctx, req, timeout)
+		}
+		return nil, err
 	}
-	if status.Code(err) == codes.Unimplemented {
-		h.unaryUntil = time.Now().Add(unaryHeartbeatFor)
-		return h.unary(ctx, req, timeout)
-	}
-	return nil, err
+	cur := &hbStream{st: st, cancel: cancel, ended: make(chan struct{})}
+	h.cur = cur
+	go func() {
+		defer close(cur.ended)
+		for {
+			resp, err := cur.st.Recv()
+			if err != nil {
+				cur.err = err
+				return
+			}
+			h.apply(resp)
+		}
+	}()
+	return resp, nil
 }
 
 func (h *heartbeater) unary(ctx context.Context, req *willowv1.HeartbeatRequest, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
@@ -135,11 +195,12 @@ func (h *heartbeater) unary(ctx context.Context, req *willowv1.HeartbeatRequest,
 	return h.mc.Heartbeat(cctx, req)
 }
 
-// close ends the stream, if one is open.
+// close ends the stream, if one is open, and waits for its reader.
 func (h *heartbeater) close() {
-	if h.stream != nil {
-		h.cancel()
-		h.stream, h.cancel = nil, nil
+	if cur := h.cur; cur != nil {
+		cur.cancel()
+		<-cur.ended
+		h.cur = nil
 	}
 }
 

@@ -488,10 +488,25 @@ func (x *RegisterResponse) GetFlex() *FlexState {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Load          *Load                  `protobuf:"bytes,2,opt,name=load,proto3" json:"load,omitempty"`
-	FlexVersion   int64                  `protobuf:"varint,3,opt,name=flex_version,json=flexVersion,proto3" json:"flex_version,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Load  *Load                  `protobuf:"bytes,2,opt,name=load,proto3" json:"load,omitempty"`
+	// flex_version is the version of the flex state the node runs.
+	FlexVersion int64 `protobuf:"varint,3,opt,name=flex_version,json=flexVersion,proto3" json:"flex_version,omitempty"`
+	// sparse_answers, on HeartbeatStream, asks the master to answer this
+	// heartbeat only when the answer carries something for the node: the
+	// stream's first heartbeat is always answered, a later one when the
+	// answer asks to reregister, names a flex_version other than the
+	// request's, or lists drills other than the last answer on the stream
+	// did (an empty list when they ended). A heartbeat without an answer was
+	// handled as one with an answer would have been; the node does not
+	// learn when it was written to the registry, nor that Redis failed (the
+	// master then counts it and routes by it, as it does for an answered
+	// one), and a master that stops reading is noticed only when the stream
+	// breaks or its flow control blocks the node's sends. A master that
+	// predates the field answers every heartbeat. Heartbeat (unary) always
+	// answers.
+	SparseAnswers bool `protobuf:"varint,4,opt,name=sparse_answers,json=sparseAnswers,proto3" json:"sparse_answers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -545,6 +560,13 @@ func (x *HeartbeatRequest) GetFlexVersion() int64 {
 		return x.FlexVersion
 	}
 	return 0
+}
+
+func (x *HeartbeatRequest) GetSparseAnswers() bool {
+	if x != nil {
+		return x.SparseAnswers
+	}
+	return false
 }
 
 type HeartbeatResponse struct {
@@ -2594,11 +2616,12 @@ const file_willow_v1_master_proto_rawDesc = "" +
 	"\x10RegisterResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12(\n" +
-	"\x04flex\x18\x03 \x01(\v2\x14.willow.v1.FlexStateR\x04flex\"\x83\x01\n" +
+	"\x04flex\x18\x03 \x01(\v2\x14.willow.v1.FlexStateR\x04flex\"\xaa\x01\n" +
 	"\x10HeartbeatRequest\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.willow.v1.NodeInfoR\x04node\x12#\n" +
 	"\x04load\x18\x02 \x01(\v2\x0f.willow.v1.LoadR\x04load\x12!\n" +
-	"\fflex_version\x18\x03 \x01(\x03R\vflexVersion\"\x80\x01\n" +
+	"\fflex_version\x18\x03 \x01(\x03R\vflexVersion\x12%\n" +
+	"\x0esparse_answers\x18\x04 \x01(\bR\rsparseAnswers\"\x80\x01\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +

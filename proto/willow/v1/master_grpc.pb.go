@@ -46,10 +46,14 @@ const (
 type MasterClient interface {
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
-	// HeartbeatStream is Heartbeat over one long-lived stream a node: one
-	// HeartbeatResponse for each HeartbeatRequest, in order. It saves a new
-	// call (stream, headers, handler) a node a second; a master without it
-	// answers Unimplemented and the node heartbeats with Heartbeat.
+	// HeartbeatStream is Heartbeat over one long-lived stream a node. It
+	// saves a new call (stream, headers, handler) a node a second; a master
+	// without it answers Unimplemented and the node heartbeats with
+	// Heartbeat. Requests are handled in order, each as Heartbeat would
+	// handle it; a request Heartbeat refuses ends the stream with that
+	// status. Answers come in order: one for each request, or, for the
+	// requests that set sparse_answers, only for those whose answer carries
+	// something (see HeartbeatRequest.sparse_answers).
 	HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatRequest, HeartbeatResponse], error)
 	// Route returns two address lists from different regions plus the flex
 	// snapshot.
@@ -272,10 +276,14 @@ func (c *masterClient) CancelSchedule(ctx context.Context, in *CancelScheduleReq
 type MasterServer interface {
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
-	// HeartbeatStream is Heartbeat over one long-lived stream a node: one
-	// HeartbeatResponse for each HeartbeatRequest, in order. It saves a new
-	// call (stream, headers, handler) a node a second; a master without it
-	// answers Unimplemented and the node heartbeats with Heartbeat.
+	// HeartbeatStream is Heartbeat over one long-lived stream a node. It
+	// saves a new call (stream, headers, handler) a node a second; a master
+	// without it answers Unimplemented and the node heartbeats with
+	// Heartbeat. Requests are handled in order, each as Heartbeat would
+	// handle it; a request Heartbeat refuses ends the stream with that
+	// status. Answers come in order: one for each request, or, for the
+	// requests that set sparse_answers, only for those whose answer carries
+	// something (see HeartbeatRequest.sparse_answers).
 	HeartbeatStream(grpc.BidiStreamingServer[HeartbeatRequest, HeartbeatResponse]) error
 	// Route returns two address lists from different regions plus the flex
 	// snapshot.
