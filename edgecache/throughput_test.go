@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -191,11 +192,11 @@ func (lc *loadClient) run(b *testing.B, target string, d time.Duration) (int64, 
 // (daemon off) until the benchmark ends: as many workers as the edge has
 // cores (GOMAXPROCS 2 here; EDGECACHE_BENCH_NGINX_WORKERS=N sets it),
 // listening with reuseport (EDGECACHE_BENCH_NGINX_REUSEPORT=0: one shared
-// socket), sendfile, tcp_nopush on or off as nopush says, no access log,
-// and open_file_cache, as the edge keeps its disk files open. cpu reads
+// socket), sendfile and tcp_nopush as cfg says, no access log, and
+// open_file_cache, as the edge keeps its disk files open. cpu reads
 // the CPU time nginx's master and worker processes have used so far, in
 // all and each (master first).
-func startNginx(b *testing.B, root string, nopush bool) (addr string, cpu func() (time.Duration, []time.Duration)) {
+func startNginx(b *testing.B, root string, cfg nginxConfig) (addr string, cpu func() (time.Duration, []time.Duration)) {
 	b.Helper()
 	bin := "/usr/sbin/nginx"
 	if _, err := os.Stat(bin); err != nil {
@@ -214,9 +215,7 @@ func startNginx(b *testing.B, root string, nopush bool) (addr string, cpu func()
 	if os.Getenv("EDGECACHE_BENCH_NGINX_REUSEPORT") == "0" {
 		reuseport = ""
 	}
-	// tcp_nopush: TCP_CORK around a response; off, the header is written
-	// before the sendfile.
-	onOff := map[bool]string{true: "on", false: "off"}[nopush]
+	onOff := map[bool]string{true: "on", false: "off"}
 	conf := fmt.Sprintf(`daemon off;
 user root;
 worker_processes %[4]s;
@@ -225,7 +224,7 @@ error_log %[1]s/error.log warn;
 events { worker_connections 1024; }
 http {
   access_log off;
-  sendfile on;
+  sendfile %[7]s;
   tcp_nopush %[6]s;
   open_file_cache max=1000 inactive=60s;
   keepalive_requests 1000000;
@@ -241,7 +240,7 @@ http {
     add_header Cache-Control "public, max-age=31536000, immutable";
   }
 }
-`, dir, addr, root, workers, reuseport, onOff)
+`, dir, addr, root, workers, reuseport, onOff[cfg.nopush], onOff[cfg.sendfile])
 	cf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		b.Fatal(err)
@@ -357,15 +356,37 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// nginxConfig is one nginx of the benchmark.
+type nginxConfig struct {
+	name string
+	// sendfile: the body by sendfile(2) from the page cache; off, nginx
+	// reads the file into its output buffers (2 of 32 KiB, the default)
+	// and writes them.
+	sendfile bool
+	// nopush: TCP_CORK around a sendfile response; off, the header is
+	// written before the sendfile.
+	nopush bool
+}
+
+// nginxConfigs: tcp_nopush on was the config of sessions 6-11, off is the
+// faster with sendfile since session 12, and sendfile off is faster still
+// at 100 KiB on loopback (session 14: the load client's receive of
+// copied buffers is cheaper than of page-cache pages).
+var nginxConfigs = []nginxConfig{
+	{name: "nginx-push", sendfile: true, nopush: true},
+	{name: "nginx-nopush", sendfile: true},
+	{name: "nginx-nosendfile"},
+}
+
 // BenchmarkHTTPvsNginx measures cached-hit HTTP throughput of the edge
 // cache for 100 KiB and 1 MiB objects (photo variants; a short video's
 // first slice) against nginx serving the same files, with the same load
 // client (32 keep-alive connections to each, 5 s each) in the same run.
-// nginx runs twice, with tcp_nopush on and off (each is the faster on
-// some rows on this box, BENCHMARKS.md), and the edge's ratio is given
-// against the faster of the two in the run (edge/nginx-%) and against
-// each. EDGECACHE_BENCH_NGINX_NOPUSH=1 (or 0) runs only nginx with
-// tcp_nopush on (or off).
+// nginx runs three times, in the configs of nginxConfigs (each is the
+// fastest on some rows on this box, BENCHMARKS.md), and the edge's ratio
+// is given against the fastest of them in the run (edge/nginx-%) and
+// against each. EDGECACHE_BENCH_NGINX=push,nosendfile (names without
+// "nginx-", comma-separated) runs only those.
 // The load client is this test binary run as a child process, so no
 // target shares a process with it; it lives for the whole run and keeps
 // its connections to every target open, so that a slice measures requests,
@@ -453,12 +474,13 @@ func benchHTTPvsNginx(b *testing.B, objects, size int) {
 		return us
 	}
 	targets := []*benchTarget{{name: "edge", urls: urls(e.url), cpu: selfCPU}}
-	for _, nopush := range []bool{true, false} {
-		if v := os.Getenv("EDGECACHE_BENCH_NGINX_NOPUSH"); v != "" && (v == "0") == nopush {
+	only := os.Getenv("EDGECACHE_BENCH_NGINX")
+	for _, nc := range nginxConfigs {
+		if only != "" && !slices.Contains(strings.Split(only, ","), strings.TrimPrefix(nc.name, "nginx-")) {
 			continue
 		}
-		addr, cpu := startNginx(b, root, nopush)
-		name := map[bool]string{true: "nginx-push", false: "nginx-nopush"}[nopush]
+		addr, cpu := startNginx(b, root, nc)
+		name := nc.name
 		targets = append(targets, &benchTarget{name: name, urls: urls("http://" + addr),
 			cpu:  func() time.Duration { t, _ := cpu(); return t },
 			each: func() []time.Duration { _, each := cpu(); return each }})
