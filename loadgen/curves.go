@@ -52,21 +52,21 @@ type fleetPoint struct {
 	propagateP99Ms float64 // flex change to every watcher
 }
 
-// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-02 session 11: the
-// prober without grpc.ClientConns, paced probe rounds, the reload taking
-// the master's own heartbeat writes; one run of the three sizes, 17:44-17:51
-// UTC, box load 0.8-1.4 on the shared 2-core box). Every size served the
-// heartbeats offered (about N a second). Route p99 is the SDK's (4
-// endpoints a list, from a caller process of its own). Three N = 5000 runs
-// of the same tree at load 1.8-2.4 gave 84-115 µs a heartbeat, RSS
-// 280-294 MiB, propagation p99 88-140 ms and Route p99 10-27 ms (the tail
-// is the wait for a core, not under control). The master and the
-// simulated fleet share the box's two cores, so these are a master with
-// about half a box, not a dedicated one.
+// fleetCurve: BenchmarkFleet (BENCHMARKS.md, 2026-12-03 session 14:
+// nodes on the streamed heartbeat with sparse answers; one run of the
+// three sizes, 12:57-13:00 UTC, box load 1.9-2.4 on the shared 2-core
+// box). Every size served the heartbeats offered (about N a second).
+// Route p99 is the SDK's (4 endpoints a list, from a caller process of
+// its own). 16 more N = 5000 runs of the same tree that session (load
+// 1.8-8.1) gave 72-90 µs a heartbeat, RSS 273-295 MiB, propagation p99
+// 91-217 ms (884 ms once at load 6.8) and Route p99 3.2-104 ms, median
+// 5.1 ms of the 17 (the tail is the wait for a core, not under control).
+// The master and the simulated fleet share the box's two cores, so
+// these are a master with about half a box, not a dedicated one.
 var fleetCurve = []fleetPoint{
-	{nodes: 100, cpuPerBeatUs: 1142, rssMiB: 42, routeP99Ms: 1.7, propagateP99Ms: 4.1},
-	{nodes: 1000, cpuPerBeatUs: 205, rssMiB: 81, routeP99Ms: 3.4, propagateP99Ms: 23.7},
-	{nodes: 5000, cpuPerBeatUs: 109, rssMiB: 284, routeP99Ms: 11.2, propagateP99Ms: 291},
+	{nodes: 100, cpuPerBeatUs: 1140, rssMiB: 43, routeP99Ms: 1.8, propagateP99Ms: 9.7},
+	{nodes: 1000, cpuPerBeatUs: 190, rssMiB: 81, routeP99Ms: 1.6, propagateP99Ms: 19.7},
+	{nodes: 5000, cpuPerBeatUs: 87, rssMiB: 292, routeP99Ms: 7.2, propagateP99Ms: 91.6},
 }
 
 // interp evaluates a curve at x, linearly in log-log between the points
