@@ -57,10 +57,10 @@ type fleetPoint struct {
 // three sizes, 12:57-13:00 UTC, box load 1.9-2.4 on the shared 2-core
 // box). Every size served the heartbeats offered (about N a second).
 // Route p99 is the SDK's (4 endpoints a list, from a caller process of
-// its own). 16 more N = 5000 runs of the same tree that session (load
-// 1.8-8.1) gave 72-90 µs a heartbeat, RSS 273-295 MiB, propagation p99
-// 91-217 ms (884 ms once at load 6.8) and Route p99 3.2-104 ms, median
-// 5.1 ms of the 17 (the tail is the wait for a core, not under control).
+// its own). 22 more N = 5000 runs of the same tree that session (load
+// 0.2-8.1) gave 72-90 µs a heartbeat, RSS 273-295 MiB, propagation p99
+// 81-217 ms (884 ms once at load 6.8) and Route p99 2.7-104 ms, median
+// 5.0 ms of the 23 (the tail is the wait for a core, not under control).
 // The master and the simulated fleet share the box's two cores, so
 // these are a master with about half a box, not a dedicated one.
 var fleetCurve = []fleetPoint{
