@@ -183,9 +183,9 @@ func TestCentralPiecesReadTheCurves(t *testing.T) {
 	for _, c := range plan.Central {
 		by[strings.Fields(c.Piece)[0]] = c
 	}
-	// Redis: fanoutCurve's one-server rows (session 11, full inboxes;
-	// log-log between F = 100 and 1000) give ~1.6 ms per 200-follower
-	// publish, which caps it near 640 publishes/s; 7000 nodes with the
+	// Redis: fanoutCurve's one-server rows (session 14, full inboxes;
+	// log-log between F = 100 and 1000) give ~1.1 ms per 200-follower
+	// publish, which caps it near 890 publishes/s; 7000 nodes with the
 	// calibration's mix (1 timeline in 7) give 1000 timeline nodes, far
 	// more than that.
 	r := by["redis"]

@@ -24,21 +24,18 @@ type fanoutPoint struct {
 // fanoutCurve by Redis deployment: "server" (one redis-server) and
 // "cluster" (3 masters), for followers whose inboxes are full (MaxInbox
 // items each, the steady state of a feed: BenchmarkTimelineFanout's
-// inbox=full rows, ratio 0), session 11, 2026-12-02 (BENCHMARKS.md
-// "Session 11: trim one delivery in 32, index in the scripts' pipeline,
-// held lists, ha for first holds"; measured before the fourth of those
-// changes, which moves the ratio-0.5 figures only): F = 10-1000 one run
-// at 17:34 UTC, load 0.6; F = 5000 the median of six A/B rounds on one
-// server (17:27-17:28, load 0.7-1.1; p99 20.4-31.1 ms). The cluster's
-// F = 5000 row is session 12's medians of eight rounds (BENCHMARKS.md
-// "Session 12: more rounds", 21:13-21:20 UTC, load 0.1-3.1; p99
-// 25.0-35.7 ms), where session 11 took the slower of two (p99 44.7 ms).
+// inbox=full rows, ratio 0), session 14, 2026-12-03 (BENCHMARKS.md
+// "Session 14: the cluster at F = 1000 / 2000 / 5000, the whole curve"):
+// medians of six runs of 40 publishes a row, on the shared 2-core box at
+// load 2-5 (one server F = 1000-5000 12:58 UTC, load 3.3, p99 at 5000
+// 15.8-22.0 ms; cluster F = 1000-5000 13:09 UTC, load 2.0-2.3, p99 at
+// 5000 28.0-36.7 ms; F = 10 and 100 13:12 UTC, load 4.3-5.1).
 var fanoutCurve = map[string][]fanoutPoint{
 	"server": {
-		{10, 0.71, 0.88, 4.2}, {100, 1.02, 1.65, 4.2}, {1000, 4.24, 9.58, 5.25}, {5000, 19.0, 24.2, 10.4},
+		{10, 0.49, 0.74, 4.1}, {100, 0.75, 1.40, 4.1}, {1000, 2.95, 7.16, 5.1}, {2000, 5.37, 8.34, 6.1}, {5000, 13.8, 16.3, 10.2},
 	},
 	"cluster": {
-		{10, 0.81, 1.07, 6.8}, {100, 1.26, 3.18, 6.8}, {1000, 6.21, 9.23, 7.8}, {5000, 22.0, 30.0, 21.0},
+		{10, 0.76, 1.56, 6.4}, {100, 1.14, 3.55, 6.4}, {1000, 5.50, 9.42, 7.5}, {2000, 9.01, 14.1, 10.5}, {5000, 22.3, 29.5, 20.6},
 	},
 }
 
