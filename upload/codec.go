@@ -1,6 +1,7 @@
 package upload
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
 	"unicode/utf8"
@@ -24,10 +25,14 @@ import (
 //
 // chunkCodec replaces the registered "proto" codec with one that decodes
 // exactly one type differently: *chunkMsg, which only this package's
-// Chunks reader passes to RecvMsg. For it, the frames are gathered into a
-// pooled buffer as before (no copy when the message arrived in one
-// buffer; chunkPool), the four Chunk fields are parsed by hand, and Data aliases the
-// buffer, which the chunkMsg keeps a reference to. The handler releases
+// Chunks reader passes to RecvMsg. For it, a large chunk that came in
+// several frames is decoded in place: its data stays in the frames'
+// buffers, as segments the staging file gets in one vectored write and the
+// hash reads one after another (parseSegs), so no byte is gathered.
+// Anything else has its frames gathered into a pooled buffer (no copy when
+// the message arrived in one buffer; chunkPool), the four Chunk fields
+// parsed by hand, and Data aliasing the buffer. Either way the chunkMsg
+// keeps a reference to the buffers. The handler releases
 // the chunk after its data is written and hashed; only then can the
 // buffer be reused, so a later receive never overwrites data still in
 // use. A chunk dropped without release just leaves its buffer to the
@@ -49,8 +54,17 @@ func (c chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.base.Unmarshal(data, v)
 	}
-	// One reference of our own: gRPC frees its reference to data when
-	// Unmarshal returns.
+	// A large chunk in several frames is decoded in place: its data is
+	// the segments of the frames' buffers (no gather), and the chunkMsg
+	// takes a reference of its own to them (gRPC frees its reference to
+	// data when Unmarshal returns). Anything unusual in it (an unknown
+	// field, a malformed one) takes the gather path below, which decodes
+	// or refuses it exactly.
+	if len(data) > 1 && len(data) <= maxChunkSegs && data.Len() >= segmentedChunkBytes && m.parseSegs(data) {
+		data.Ref()
+		m.ref = data
+		return nil
+	}
 	buf := data.MaterializeToBuffer(chunkPool)
 	if err := m.parse(buf.ReadOnlyData()); err != nil {
 		buf.Free()
@@ -83,30 +97,173 @@ func (z *noZeroPool) Get(size int) *[]byte {
 
 func (z *noZeroPool) Put(b *[]byte) { z.p.Put(b) }
 
-// chunkMsg is a received Chunk whose Data may alias a pooled receive
-// buffer (buf); release it once Data is no longer used.
+// chunkMsg is a received Chunk whose data aliases pooled receive
+// buffers: Data aliases buf, or, for a large chunk decoded in place, Data
+// is nil and segs alias the frames' buffers (ref). Read it through data,
+// and release it once the data is no longer used.
 type chunkMsg struct {
 	willowv1.Chunk
-	buf mem.Buffer
+	buf  mem.Buffer
+	segs [][]byte
+	ref  mem.BufferSlice
 }
 
-// release returns the receive buffer to gRPC's pool and forgets Data.
+// Bounds of the in-place decoding: a chunk of segmentedChunkBytes or more
+// that came in at most maxChunkSegs frame buffers (a 1 MiB chunk comes in
+// 64 frames of 16 KiB). A chunk in more, smaller frames is gathered, so
+// that a write never needs more than maxChunkSegs vectors.
+const (
+	segmentedChunkBytes = 64 << 10
+	maxChunkSegs        = 256
+)
+
+// data is the chunk's data, as consecutive segments.
+func (m *chunkMsg) data() [][]byte {
+	if m.segs != nil {
+		return m.segs
+	}
+	if len(m.Data) == 0 {
+		return nil
+	}
+	return [][]byte{m.Data}
+}
+
+// release returns the receive buffers to gRPC's pool and forgets the data.
 func (m *chunkMsg) release() {
 	if m == nil {
 		return
 	}
-	m.Data = nil
+	m.Data, m.segs = nil, nil
 	if m.buf != nil {
 		m.buf.Free()
 		m.buf = nil
 	}
+	if m.ref != nil {
+		m.ref.Free()
+		m.ref = nil
+	}
+}
+
+// parseSegs decodes a Chunk spread over the buffers of bs without
+// gathering them: Data's bytes become segs (each aliasing one buffer,
+// without spare capacity), the other fields are copied out. It returns
+// false, leaving m to be parsed again, for anything but the four fields
+// with their wire types, well formed and with valid UTF-8 strings.
+func (m *chunkMsg) parseSegs(bs mem.BufferSlice) bool {
+	m.UploadId, m.Offset, m.Data, m.User, m.segs = "", 0, nil, "", nil
+	r := segReader{bufs: make([][]byte, 0, len(bs))}
+	for _, b := range bs {
+		if d := b.ReadOnlyData(); len(d) > 0 {
+			r.bufs = append(r.bufs, d)
+		}
+	}
+	for r.more() {
+		tag, ok := r.varint()
+		if !ok {
+			return false
+		}
+		if tag>>3 > 4 {
+			return false
+		}
+		num, typ := protowire.Number(tag>>3), protowire.Type(tag&7)
+		switch {
+		case num == 2 && typ == protowire.VarintType:
+			v, ok := r.varint()
+			if !ok {
+				return false
+			}
+			m.Offset = int64(v)
+		case (num == 1 || num == 3 || num == 4) && typ == protowire.BytesType:
+			n, ok := r.varint()
+			if !ok || n > uint64(r.left) {
+				return false
+			}
+			if num == 3 {
+				m.segs = r.take(int(n), m.segs[:0])
+				continue
+			}
+			v := bytes.Join(r.take(int(n), nil), nil)
+			if !utf8.Valid(v) {
+				return false
+			}
+			if num == 1 {
+				m.UploadId = string(v)
+			} else {
+				m.User = string(v)
+			}
+		default:
+			return false
+		}
+	}
+	if len(m.segs) == 0 {
+		m.segs = nil
+	}
+	return true
+}
+
+// segReader reads consecutive bytes across buffers.
+type segReader struct {
+	bufs [][]byte // what is left, the first one from its read position
+	left int      // bytes left in bufs; set by more
+	init bool
+}
+
+func (r *segReader) more() bool {
+	if !r.init {
+		for _, b := range r.bufs {
+			r.left += len(b)
+		}
+		r.init = true
+	}
+	return r.left > 0
+}
+
+// varint reads one varint (at most 10 bytes, as protowire accepts).
+func (r *segReader) varint() (uint64, bool) {
+	r.more()
+	var v uint64
+	for i := 0; i < 10; i++ {
+		if r.left == 0 {
+			return 0, false
+		}
+		c := r.bufs[0][0]
+		r.bufs[0] = r.bufs[0][1:]
+		if len(r.bufs[0]) == 0 {
+			r.bufs = r.bufs[1:]
+		}
+		r.left--
+		if i == 9 && c > 1 {
+			return 0, false // over 64 bits
+		}
+		v |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// take appends the next n bytes (n <= left) to segs as slices of the
+// buffers, without spare capacity.
+func (r *segReader) take(n int, segs [][]byte) [][]byte {
+	r.left -= n
+	for n > 0 {
+		k := min(n, len(r.bufs[0]))
+		segs = append(segs, r.bufs[0][:k:k])
+		r.bufs[0] = r.bufs[0][k:]
+		if len(r.bufs[0]) == 0 {
+			r.bufs = r.bufs[1:]
+		}
+		n -= k
+	}
+	return segs
 }
 
 // parse decodes a Chunk (upload.proto: upload_id 1, offset 2, data 3,
 // user 4) as protobuf-go would, except that Data aliases b and unknown
 // fields are dropped. Strings must be UTF-8, as proto3 requires.
 func (m *chunkMsg) parse(b []byte) error {
-	m.UploadId, m.Offset, m.Data, m.User = "", 0, nil, ""
+	m.UploadId, m.Offset, m.Data, m.User, m.segs = "", 0, nil, "", nil
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {

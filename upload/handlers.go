@@ -153,7 +153,7 @@ func (s *Server) Chunks(raw willowv1.Upload_ChunksServer) error {
 		}
 		// writeSession rejects a pixel bomb as soon as its header is in,
 		// not after the whole file.
-		err = s.writeSession(cur, c.GetOffset(), c.GetData())
+		err = s.writeSessionSegs(cur, c.GetOffset(), c.data())
 		c.release() // the data is written and hashed: its buffer may be reused
 		if err != nil {
 			_, _ = syncAll()

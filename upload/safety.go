@@ -30,11 +30,11 @@ func sniffHead(head []byte, kind willowv1.Kind) (string, error) {
 	return t.ContentType, nil
 }
 
-// sniffEarly refuses an upload whose first chunk already shows it is not
-// an accepted format, before the rest is sent; Commit checks again on the
-// whole.
-func sniffEarly(st *staged, off int64, data []byte) error {
-	if off != 0 || int64(len(data)) < min(st.meta.Size, mediaheader.SniffBytes) {
+// sniffEarly refuses an upload whose first chunk (n bytes, data its first
+// SniffBytes or more) already shows it is not an accepted format, before
+// the rest is sent; Commit checks again on the whole.
+func sniffEarly(st *staged, off int64, data []byte, n int) error {
+	if off != 0 || int64(n) < min(st.meta.Size, mediaheader.SniffBytes) {
 		return nil
 	}
 	_, err := sniffHead(data[:min(len(data), mediaheader.SniffBytes)], willowv1.Kind(st.meta.Kind))

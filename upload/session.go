@@ -15,6 +15,7 @@ import (
 	"willow/flex"
 	"willow/limits"
 	"willow/media"
+	"willow/mediaheader"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 	"willow/shedding"
@@ -305,11 +306,27 @@ func (s *Server) sessionOf(ctx context.Context, key, user string) (*staged, Sess
 // already received are accepted; see staged.Write) and, for an image,
 // refuses a pixel bomb as soon as its header is in.
 func (s *Server) writeSession(st *staged, off int64, data []byte) error {
-	if err := sniffEarly(st, off, data); err != nil {
+	return s.writeSessionSegs(st, off, [][]byte{data})
+}
+
+// writeSessionSegs is writeSession for data given as consecutive segments
+// (staged.WriteSegs).
+func (s *Server) writeSessionSegs(st *staged, off int64, segs [][]byte) error {
+	var head []byte // at offset 0: the first SniffBytes of the data, or all of it
+	if off == 0 && len(segs) == 1 {
+		head = segs[0]
+	}
+	for _, b := range segs {
+		if off != 0 || len(segs) == 1 || len(head) >= mediaheader.SniffBytes {
+			break
+		}
+		head = append(head, b[:min(len(b), mediaheader.SniffBytes-len(head))]...)
+	}
+	if err := sniffEarly(st, off, head, segsLen(segs)); err != nil {
 		s.m.uploads.WithLabelValues("rejected").Inc()
 		return err
 	}
-	if err := st.Write(off, data, s.cfg.SyncEvery); err != nil {
+	if err := st.WriteSegs(off, segs, s.cfg.SyncEvery); err != nil {
 		return chunkErr(err)
 	}
 	if willowv1.Kind(st.meta.Kind) == willowv1.Kind_KIND_IMAGE {

@@ -311,15 +311,22 @@ func (s *staged) Offsets() (written, durable int64) {
 // (duplicates are accepted); a chunk starting past the written end is a
 // gap. It fsyncs when SyncEvery bytes accumulated (syncEvery > 0).
 func (s *staged) Write(off int64, data []byte, syncEvery int64) error {
+	return s.WriteSegs(off, [][]byte{data}, syncEvery)
+}
+
+// WriteSegs is Write for a chunk given as consecutive segments (a chunk
+// decoded in place from its frames), written with one vectored write.
+func (s *staged) WriteSegs(off int64, segs [][]byte, syncEvery int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.committed != nil {
 		return errCommitted
 	}
-	if len(data) > MaxChunkBytes {
+	n := segsLen(segs)
+	if n > MaxChunkBytes {
 		return errTooBig
 	}
-	end := off + int64(len(data))
+	end := off + int64(n)
 	if off < 0 || end > s.meta.Size {
 		return fmt.Errorf("%w: [%d, %d) of %d", errRange, off, end, s.meta.Size)
 	}
@@ -327,6 +334,8 @@ func (s *staged) Write(off int64, data []byte, syncEvery int64) error {
 		return fmt.Errorf("%w: offset %d, have %d", errGap, off, s.written)
 	}
 	if overlap := min(s.written, end) - off; overlap > 0 {
+		// A resent range: rare, so gathered.
+		data := bytes.Join(segs, nil)
 		have := make([]byte, overlap)
 		if _, err := s.f.ReadAt(have, off); err != nil {
 			return fmt.Errorf("read staged: %w", err)
@@ -334,16 +343,16 @@ func (s *staged) Write(off int64, data []byte, syncEvery int64) error {
 		if !bytes.Equal(have, data[:overlap]) {
 			return fmt.Errorf("%w: offset %d", errMismatch, off)
 		}
-		data = data[overlap:]
+		segs, n = [][]byte{data[overlap:]}, n-int(overlap)
 	}
-	if len(data) == 0 {
+	if n == 0 {
 		return nil
 	}
-	if err := s.writeHashLocked(data); err != nil {
+	if err := s.writeHashLocked(segs, n); err != nil {
 		return err
 	}
-	s.written += int64(len(data))
-	s.sinceSync += int64(len(data))
+	s.written += int64(n)
+	s.sinceSync += int64(n)
 	if syncEvery > 0 && s.sinceSync >= syncEvery && !s.flushing {
 		return s.startFlushLocked()
 	}
@@ -357,18 +366,20 @@ func (s *staged) Write(off int64, data []byte, syncEvery int64) error {
 // acknowledgement has little left to write.
 const parallelHashBytes = 64 << 10
 
-// writeHashLocked appends data at written and adds it to the hash; on a
-// write error the file is cut back and the hash is as before. The caller
-// holds mu.
-func (s *staged) writeHashLocked(data []byte) error {
-	if len(data) < parallelHashBytes {
-		if _, err := s.f.WriteAt(data, s.written); err != nil {
+// writeHashLocked appends segs (n bytes) at written and adds them to the
+// hash; on a write error the file is cut back and the hash is as before.
+// The caller holds mu.
+func (s *staged) writeHashLocked(segs [][]byte, n int) error {
+	if n < parallelHashBytes {
+		if err := writeSegsAt(s.f, segs, s.written); err != nil {
 			// Cut back what may have been written; the hash has not seen it.
 			_ = s.f.Truncate(s.written)
 			return fmt.Errorf("write staged: %w", err)
 		}
-		iostat.Wrote(len(data))
-		s.h.Write(data)
+		iostat.Wrote(n)
+		for _, b := range segs {
+			s.h.Write(b)
+		}
 		return nil
 	}
 	before, err := s.h.(encoding.BinaryMarshaler).MarshalBinary()
@@ -377,12 +388,14 @@ func (s *staged) writeHashLocked(data []byte) error {
 	}
 	hashed := make(chan struct{})
 	go func() {
-		s.h.Write(data)
+		for _, b := range segs {
+			s.h.Write(b)
+		}
 		close(hashed)
 	}()
-	_, werr := s.f.WriteAt(data, s.written)
+	werr := writeSegsAt(s.f, segs, s.written)
 	if werr == nil {
-		startWriteback(s.f, s.written, int64(len(data)))
+		startWriteback(s.f, s.written, int64(n))
 	}
 	<-hashed
 	if werr != nil {
@@ -391,8 +404,16 @@ func (s *staged) writeHashLocked(data []byte) error {
 		_ = s.h.(encoding.BinaryUnmarshaler).UnmarshalBinary(before) // its own state: cannot fail
 		return fmt.Errorf("write staged: %w", werr)
 	}
-	iostat.Wrote(len(data))
+	iostat.Wrote(n)
 	return nil
+}
+
+func segsLen(segs [][]byte) int {
+	n := 0
+	for _, b := range segs {
+		n += len(b)
+	}
+	return n
 }
 
 // syncPoint is what one sync makes durable: the bytes [0, to) of f and
