@@ -107,6 +107,7 @@ FUZZTIME ?= 30s
 fuzz: setup
 	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./media/
 	go test -run '^$$' -fuzz '^FuzzChunks$$' -fuzztime $(FUZZTIME) ./upload/
+	go test -run '^$$' -fuzz '^FuzzChunkDecodeInPlace$$' -fuzztime $(FUZZTIME) ./upload/
 	go test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./buffer/
 	go test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./mediaheader/
 	go test -run '^$$' -fuzz '^FuzzParseProfile$$' -fuzztime $(FUZZTIME) ./loadgen/
