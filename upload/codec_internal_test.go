@@ -88,12 +88,17 @@ func TestChunkCodecDecodesAsProto(t *testing.T) {
 	}
 }
 
-// TestChunkCodecRefusesBadInput: truncated messages and invalid UTF-8 in
-// the string fields fail as protobuf-go fails them.
-func TestChunkCodecRefusesBadInput(t *testing.T) {
-	c := encoding.GetCodecV2(grpcproto.Name)
-	good, _ := proto.Marshal(&willowv1.Chunk{UploadId: "u", Offset: 5, Data: []byte("abcdef"), User: "ana"})
-	bad := [][]byte{
+// goodChunk is a small well-formed Chunk on the wire.
+func goodChunk() []byte {
+	b, _ := proto.Marshal(&willowv1.Chunk{UploadId: "u", Offset: 5, Data: []byte("abcdef"), User: "ana"})
+	return b
+}
+
+// badChunks are wire messages protobuf-go refuses: truncated, a bad tag,
+// invalid UTF-8 in a string field.
+func badChunks() [][]byte {
+	good := goodChunk()
+	return [][]byte{
 		good[:len(good)-1],
 		good[:2],
 		protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0xff, 0xfe}),
@@ -101,6 +106,13 @@ func TestChunkCodecRefusesBadInput(t *testing.T) {
 		protowire.AppendTag(nil, 2, protowire.VarintType),
 		{0x00},
 	}
+}
+
+// TestChunkCodecRefusesBadInput: truncated messages and invalid UTF-8 in
+// the string fields fail as protobuf-go fails them.
+func TestChunkCodecRefusesBadInput(t *testing.T) {
+	c := encoding.GetCodecV2(grpcproto.Name)
+	bad := badChunks()
 	for i, wire := range bad {
 		if err := proto.Unmarshal(wire, new(willowv1.Chunk)); err == nil {
 			t.Fatalf("case %d: protobuf-go accepts it; the case is wrong", i)
@@ -192,18 +204,12 @@ func TestChunkCodecDecodesInPlace(t *testing.T) {
 // decoder does not decode exactly (malformed input, an unknown field, a
 // field number past 32 bits) it leaves to the gathering decoder.
 func TestChunkCodecInPlaceLeavesOddInputToGather(t *testing.T) {
-	good, _ := proto.Marshal(&willowv1.Chunk{UploadId: "u", Offset: 5, Data: []byte("abcdef"), User: "ana"})
-	odd := [][]byte{
-		good[:len(good)-1],
-		good[:2],
-		protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0xff, 0xfe}),
-		protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), []byte{0xc0}),
-		protowire.AppendTag(nil, 2, protowire.VarintType),
-		{0x00},
+	good := goodChunk()
+	odd := append(badChunks(),
 		protowire.AppendBytes(protowire.AppendTag(append([]byte(nil), good...), 9, protowire.BytesType), []byte("x")),
 		protowire.AppendVarint(protowire.AppendVarint(nil, 1<<35|1<<3|uint64(protowire.VarintType)), 1),
 		append(protowire.AppendTag(nil, 2, protowire.VarintType), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02),
-	}
+	)
 	for i, wire := range odd {
 		for _, n := range []int{1, 3, len(wire)} {
 			if m := new(chunkMsg); m.parseSegs(split(wire, n)) {
