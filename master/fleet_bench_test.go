@@ -441,95 +441,25 @@ type simNode struct {
 	hb      *willowv1.HeartbeatRequest // reused by its heartbeats, one at a time
 	rnd     *rand.Rand                 // its heartbeats' load figures
 	flexVer atomic.Int64               // the flex version its Watch stream last brought
-	// Its heartbeat stream (HeartbeatStream with sparse answers, as
-	// node.heartbeater keeps one), opened by the first heartbeat and
-	// again after one broke; nil with WILLOW_FLEET_UNARY=1 (unary
+	// Its heartbeats as a node sends them (node.Heartbeater: one stream
+	// with sparse answers); unused with WILLOW_FLEET_UNARY=1 (unary
 	// Heartbeat calls, as older nodes).
-	stream grpc.BidiStreamingClient[willowv1.HeartbeatRequest, willowv1.HeartbeatResponse]
-	end    context.CancelFunc // ends stream
-	ended  chan struct{}      // closed when stream's reader stopped
-	err    error              // why; set before ended is closed
+	beater *node.Heartbeater
 }
 
-// heartbeat sends sn's heartbeat within timeout: on its stream unless
-// unary. As node.heartbeater does, the first heartbeat on a stream
-// waits for its answer, which heartbeat returns; the later ones are
-// only sent (a nil answer), and the stream's reader hands the answers
-// that come to answered.
-func (sn *simNode) heartbeat(ctx context.Context, unary bool, timeout time.Duration, answered func(*simNode, *willowv1.HeartbeatResponse)) (*willowv1.HeartbeatResponse, error) {
+// heartbeat sends sn's heartbeat within timeout: as a node does unless
+// unary (then one unary call, as older nodes). It returns the answer to
+// a unary call or to a stream's first heartbeat, and nil for the later
+// ones on a stream (sparse answers: those that come go to the
+// Heartbeater's apply).
+func (sn *simNode) heartbeat(ctx context.Context, unary bool, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
 	sn.hb.FlexVersion = sn.flexVer.Load()
 	if unary {
 		hctx, hcancel := context.WithTimeout(ctx, timeout)
 		defer hcancel()
 		return sn.mc.Heartbeat(hctx, sn.hb, sn.creds)
 	}
-	sn.hb.SparseAnswers = true
-	if sn.stream != nil {
-		select {
-		case <-sn.ended:
-			err := sn.err
-			sn.closeStream()
-			if ctx.Err() == nil {
-				return nil, err // the stream broke since the last beat
-			}
-			return nil, ctx.Err()
-		default:
-		}
-		late := time.AfterFunc(timeout, sn.end)
-		err := sn.stream.Send(sn.hb)
-		if !late.Stop() || err != nil {
-			if errors.Is(err, io.EOF) {
-				<-sn.ended
-				err = sn.err
-			}
-			sn.closeStream()
-			if err == nil {
-				err = context.DeadlineExceeded
-			}
-			return nil, err
-		}
-		return nil, nil
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	st, err := sn.mc.HeartbeatStream(sctx, sn.creds)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	late := time.AfterFunc(timeout, cancel)
-	err = st.Send(sn.hb)
-	var resp *willowv1.HeartbeatResponse
-	if err == nil || errors.Is(err, io.EOF) {
-		resp, err = st.Recv()
-	}
-	if !late.Stop() && err == nil {
-		err = context.DeadlineExceeded
-	}
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	sn.stream, sn.end, sn.ended, sn.err = st, cancel, make(chan struct{}), nil
-	ended := sn.ended
-	go func() {
-		defer close(ended)
-		for {
-			resp, err := st.Recv()
-			if err != nil {
-				sn.err = err
-				return
-			}
-			answered(sn, resp)
-		}
-	}()
-	return resp, nil
-}
-
-// closeStream ends sn's heartbeat stream and waits for its reader.
-func (sn *simNode) closeStream() {
-	sn.end()
-	<-sn.ended
-	sn.stream = nil
+	return sn.beater.Beat(ctx, sn.hb, timeout)
 }
 
 // fleetSlot is the simulated fleet's heartbeat scheduling step: each node
@@ -732,10 +662,12 @@ func benchFleet(b *testing.B, n int) {
 	var hbLat []time.Duration // heartbeat latency while measuring
 	var lastHbErr atomic.Value
 	var hbAnswers atomic.Int64 // answers after a stream's first (sparse answers)
-	answered := func(sn *simNode, resp *willowv1.HeartbeatResponse) {
-		hbAnswers.Add(1)
-		if resp.GetReregister() && ctx.Err() == nil {
-			_, _ = sn.mc.Register(ctx, &willowv1.RegisterRequest{Node: sn.info}, sn.creds)
+	answered := func(sn *simNode) func(*willowv1.HeartbeatResponse) {
+		return func(resp *willowv1.HeartbeatResponse) {
+			hbAnswers.Add(1)
+			if resp.GetReregister() && ctx.Err() == nil {
+				_, _ = sn.mc.Register(ctx, &willowv1.RegisterRequest{Node: sn.info}, sn.creds)
+			}
 		}
 	}
 	beat := func(sn *simNode) {
@@ -748,7 +680,7 @@ func benchFleet(b *testing.B, n int) {
 		l.NetBytesIn, l.NetBytesOut = r.Int64N(1<<40), r.Int64N(1<<40)
 		l.Gauges["pool1_bytes"] = float64(r.IntN(1 << 30))
 		hs := time.Now()
-		resp, err := sn.heartbeat(ctx, unary, 2*time.Second, answered)
+		resp, err := sn.heartbeat(ctx, unary, 2*time.Second)
 		if measuring.Load() {
 			d := time.Since(hs)
 			hbMu.Lock()
@@ -771,6 +703,7 @@ func benchFleet(b *testing.B, n int) {
 	for i, sn := range nodes {
 		sn.rnd = rand.New(rand.NewPCG(uint64(i), 7))
 		sn.hb = &willowv1.HeartbeatRequest{Node: sn.info, Load: &willowv1.Load{Gauges: map[string]float64{}}}
+		sn.beater = node.NewHeartbeater(sn.mc, answered(sn), sn.creds)
 		k := sn.rnd.IntN(len(slots))
 		slots[k] = append(slots[k], sn)
 	}

@@ -423,13 +423,7 @@ func TestNodeHeartbeatsDenseMaster(t *testing.T) {
 		return h(srv, denseStream{ss})
 	}
 	m := startAuthMaster(t, rdb, dense)
-	n, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", MasterAddr: m.addr,
-		HeartbeatInterval: 50 * time.Millisecond, ShutdownGrace: time.Second, HTTPAddr: "127.0.0.1:1", Logger: quiet(),
-		Auth: &auth.Config{ClusterSecret: hbSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, n.Run)
+	runAuthNode(t, m.addr, 50*time.Millisecond)
 	reg := m.node.Registry()
 	sent := func() float64 {
 		return counter(t, reg, "grpc_server_msg_sent_total", map[string]string{"grpc_method": "HeartbeatStream"})
@@ -439,6 +433,19 @@ func TestNodeHeartbeatsDenseMaster(t *testing.T) {
 		t.Fatalf("%v heartbeat streams, want 1", o)
 	}
 	regWait(t, 2*time.Second, "node in Route", func() bool { return inRoute(m.client, "upload", "a", "upload-a-1") })
+}
+
+// runAuthNode runs node upload-a-1 with the cluster secret, heartbeating
+// to the master at addr every interval, until the test's cleanup.
+func runAuthNode(t *testing.T, addr string, interval time.Duration) {
+	t.Helper()
+	n, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", MasterAddr: addr,
+		HeartbeatInterval: interval, ShutdownGrace: time.Second, HTTPAddr: "127.0.0.1:1", Logger: quiet(),
+		Auth: &auth.Config{ClusterSecret: hbSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, n.Run)
 }
 
 // denseStream clears sparse_answers in the heartbeats it receives.
@@ -477,13 +484,7 @@ func TestNodeHeartbeatStreamFallback(t *testing.T) {
 				return h(srv, &cutStream{ServerStream: ss, left: 3, code: tc.code})
 			}
 			m := startAuthMaster(t, rdb, cut)
-			n, err := node.New(node.Config{ID: "upload-a-1", Role: "upload", Region: "a", MasterAddr: m.addr,
-				HeartbeatInterval: 100 * time.Millisecond, ShutdownGrace: time.Second, HTTPAddr: "127.0.0.1:1", Logger: quiet(),
-				Auth: &auth.Config{ClusterSecret: hbSecret}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			runUntilCleanup(t, n.Run)
+			runAuthNode(t, m.addr, 100*time.Millisecond)
 			reg := m.node.Registry()
 			unary := func() float64 {
 				return counter(t, reg, "grpc_server_started_total", map[string]string{"grpc_method": "Heartbeat"})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,8 +35,8 @@ func (n *Node) runMaster(ctx context.Context) {
 func (n *Node) heartbeatLoop(ctx context.Context, mc willowv1.MasterClient) {
 	t := time.NewTicker(n.cfg.HeartbeatInterval)
 	defer t.Stop()
-	hb := &heartbeater{mc: mc, apply: n.applyHeartbeat}
-	defer hb.close()
+	hb := NewHeartbeater(mc, n.applyHeartbeat)
+	defer hb.Close()
 	for {
 		if n.activeDrill("silence") == nil {
 			n.beat(ctx, mc, hb)
@@ -48,7 +49,7 @@ func (n *Node) heartbeatLoop(ctx context.Context, mc willowv1.MasterClient) {
 	}
 }
 
-func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient, hb *heartbeater) {
+func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient, hb *Heartbeater) {
 	if !n.registered.Load() {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.HeartbeatInterval)
 		defer cancel()
@@ -66,7 +67,7 @@ func (n *Node) beat(ctx context.Context, mc willowv1.MasterClient, hb *heartbeat
 	if st := n.Flex(); st != nil {
 		ver = st.GetVersion()
 	}
-	resp, err := hb.beat(ctx, &willowv1.HeartbeatRequest{Node: n.Info(), Load: n.load(), FlexVersion: ver, SparseAnswers: true}, n.cfg.HeartbeatInterval)
+	resp, err := hb.Beat(ctx, &willowv1.HeartbeatRequest{Node: n.Info(), Load: n.load(), FlexVersion: ver}, n.cfg.HeartbeatInterval)
 	if err != nil {
 		n.log.Debug("heartbeat", "err", err)
 		return
@@ -90,10 +91,11 @@ func (n *Node) applyHeartbeat(resp *willowv1.HeartbeatResponse) {
 // master) before it tries the stream again.
 const unaryHeartbeatFor = time.Minute
 
-// heartbeater sends a node's heartbeats to its master, one at a time:
+// Heartbeater sends a node's heartbeats to its master, one at a time:
 // over one long-lived HeartbeatStream, opened at the first heartbeat and
 // again at the one after it broke, or by unary Heartbeat calls while the
-// master does not have the stream. The node's heartbeat loop owns it.
+// master does not have the stream. One goroutine owns it (the node's
+// heartbeat loop; each simulated node of BenchmarkFleet).
 //
 // On the stream the heartbeats ask for sparse answers: the first one on
 // a stream waits for its answer (the master always sends it; it says
@@ -103,9 +105,10 @@ const unaryHeartbeatFor = time.Minute
 // the stream's own reader and handed to apply as they come. A master that
 // answers every heartbeat (one that predates sparse answers) is served
 // the same way.
-type heartbeater struct {
+type Heartbeater struct {
 	mc         willowv1.MasterClient
 	apply      func(*willowv1.HeartbeatResponse) // an answer read by a stream's reader
+	opts       []grpc.CallOption                 // added to every call
 	cur        *hbStream                         // the open stream, nil when none
 	unaryUntil time.Time                         // the master has no stream: unary calls until then
 }
@@ -118,21 +121,33 @@ type hbStream struct {
 	err    error              // why the reader stopped; set before ended is closed
 }
 
-// beat sends req within timeout. On a stream it opens, it returns the
+// NewHeartbeater returns a Heartbeater to mc that hands the answers its
+// streams' readers take to apply (from the reader's goroutine). opts are
+// added to every call: a node's credentials when the connection does not
+// carry them.
+func NewHeartbeater(mc willowv1.MasterClient, apply func(*willowv1.HeartbeatResponse), opts ...grpc.CallOption) *Heartbeater {
+	// Fail fast (gRPC's default, stated): a master that is away fails the
+	// heartbeat now, and the next one tries again.
+	return &Heartbeater{mc: mc, apply: apply, opts: append(slices.Clip(opts), grpc.WaitForReady(false))}
+}
+
+// Beat sends req within timeout, asking for sparse answers (it sets
+// req.SparseAnswers; unary calls are always answered). On a stream it opens, it returns the
 // master's answer; on one already open it returns a nil answer once req
 // is sent (the answers, when any, go to h.apply). A stream that broke
 // is replaced by a new one for req; a stream whose first answer is late,
 // or whose send does not go through within timeout, is closed (the next
 // beat opens another); when the master does not have the stream, this
 // heartbeat and those of the next unaryHeartbeatFor are unary calls.
-func (h *heartbeater) beat(ctx context.Context, req *willowv1.HeartbeatRequest, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
+func (h *Heartbeater) Beat(ctx context.Context, req *willowv1.HeartbeatRequest, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
+	req.SparseAnswers = true
 	if time.Now().Before(h.unaryUntil) {
 		return h.unary(ctx, req, timeout)
 	}
 	if cur := h.cur; cur != nil {
 		select {
 		case <-cur.ended: // broke since the last beat: req opens another
-			h.close()
+			h.Close()
 		default:
 			late := time.AfterFunc(timeout, cur.cancel) // a blocked send ends the stream
 			err := cur.st.Send(req)
@@ -141,7 +156,7 @@ func (h *heartbeater) beat(ctx context.Context, req *willowv1.HeartbeatRequest, 
 					<-cur.ended
 					err = cur.err
 				}
-				h.close()
+				h.Close()
 				if err == nil {
 					err = context.DeadlineExceeded
 				}
@@ -151,7 +166,7 @@ func (h *heartbeater) beat(ctx context.Context, req *willowv1.HeartbeatRequest, 
 		}
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	st, err := h.mc.HeartbeatStream(sctx, grpc.WaitForReady(false))
+	st, err := h.mc.HeartbeatStream(sctx, h.opts...)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -189,14 +204,14 @@ func (h *heartbeater) beat(ctx context.Context, req *willowv1.HeartbeatRequest, 
 	return resp, nil
 }
 
-func (h *heartbeater) unary(ctx context.Context, req *willowv1.HeartbeatRequest, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
+func (h *Heartbeater) unary(ctx context.Context, req *willowv1.HeartbeatRequest, timeout time.Duration) (*willowv1.HeartbeatResponse, error) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return h.mc.Heartbeat(cctx, req)
+	return h.mc.Heartbeat(cctx, req, h.opts...)
 }
 
-// close ends the stream, if one is open, and waits for its reader.
-func (h *heartbeater) close() {
+// Close ends the stream, if one is open, and waits for its reader.
+func (h *Heartbeater) Close() {
 	if cur := h.cur; cur != nil {
 		cur.cancel()
 		<-cur.ended
