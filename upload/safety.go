@@ -30,13 +30,28 @@ func sniffHead(head []byte, kind willowv1.Kind) (string, error) {
 	return t.ContentType, nil
 }
 
-// sniffEarly refuses an upload whose first chunk (n bytes, data its first
-// SniffBytes or more) already shows it is not an accepted format, before
-// the rest is sent; Commit checks again on the whole.
-func sniffEarly(st *staged, off int64, data []byte, n int) error {
-	if off != 0 || int64(n) < min(st.meta.Size, mediaheader.SniffBytes) {
+// sniffEarly refuses an upload whose first chunk (segs, at offset off)
+// already shows it is not an accepted format, before the rest is sent;
+// Commit checks again on the whole. Only a chunk at offset 0 with the
+// first SniffBytes (or the whole upload) is sniffed, its head gathered
+// when it spans segments.
+func sniffEarly(st *staged, off int64, segs [][]byte) error {
+	if off != 0 || int64(segsLen(segs)) < min(st.meta.Size, mediaheader.SniffBytes) {
 		return nil
 	}
-	_, err := sniffHead(data[:min(len(data), mediaheader.SniffBytes)], willowv1.Kind(st.meta.Kind))
+	var head []byte
+	if len(segs) > 0 {
+		head = segs[0]
+	}
+	if len(head) < mediaheader.SniffBytes && len(segs) > 1 {
+		head = nil
+		for _, b := range segs {
+			if len(head) >= mediaheader.SniffBytes {
+				break
+			}
+			head = append(head, b[:min(len(b), mediaheader.SniffBytes-len(head))]...)
+		}
+	}
+	_, err := sniffHead(head[:min(len(head), mediaheader.SniffBytes)], willowv1.Kind(st.meta.Kind))
 	return err
 }

@@ -15,7 +15,6 @@ import (
 	"willow/flex"
 	"willow/limits"
 	"willow/media"
-	"willow/mediaheader"
 	willowv1 "willow/proto/willow/v1"
 	"willow/rpcstatus"
 	"willow/shedding"
@@ -312,17 +311,7 @@ func (s *Server) writeSession(st *staged, off int64, data []byte) error {
 // writeSessionSegs is writeSession for data given as consecutive segments
 // (staged.WriteSegs).
 func (s *Server) writeSessionSegs(st *staged, off int64, segs [][]byte) error {
-	var head []byte // at offset 0: the first SniffBytes of the data, or all of it
-	if off == 0 && len(segs) == 1 {
-		head = segs[0]
-	}
-	for _, b := range segs {
-		if off != 0 || len(segs) == 1 || len(head) >= mediaheader.SniffBytes {
-			break
-		}
-		head = append(head, b[:min(len(b), mediaheader.SniffBytes-len(head))]...)
-	}
-	if err := sniffEarly(st, off, head, segsLen(segs)); err != nil {
+	if err := sniffEarly(st, off, segs); err != nil {
 		s.m.uploads.WithLabelValues("rejected").Inc()
 		return err
 	}
