@@ -154,10 +154,10 @@ func (m *chunkMsg) parseSegs(bs mem.BufferSlice) bool {
 	r := segReader{bufs: make([][]byte, 0, len(bs))}
 	for _, b := range bs {
 		if d := b.ReadOnlyData(); len(d) > 0 {
-			r.bufs = append(r.bufs, d)
+			r.bufs, r.left = append(r.bufs, d), r.left+len(d)
 		}
 	}
-	for r.more() {
+	for r.left > 0 {
 		tag, ok := r.varint()
 		if !ok {
 			return false
@@ -203,24 +203,12 @@ func (m *chunkMsg) parseSegs(bs mem.BufferSlice) bool {
 
 // segReader reads consecutive bytes across buffers.
 type segReader struct {
-	bufs [][]byte // what is left, the first one from its read position
-	left int      // bytes left in bufs; set by more
-	init bool
-}
-
-func (r *segReader) more() bool {
-	if !r.init {
-		for _, b := range r.bufs {
-			r.left += len(b)
-		}
-		r.init = true
-	}
-	return r.left > 0
+	bufs [][]byte // what is left, none empty, the first one from its read position
+	left int      // bytes left in bufs
 }
 
 // varint reads one varint (at most 10 bytes, as protowire accepts).
 func (r *segReader) varint() (uint64, bool) {
-	r.more()
 	var v uint64
 	for i := 0; i < 10; i++ {
 		if r.left == 0 {
